@@ -29,10 +29,13 @@ fn unpack_quants(block: &[u8; Q6_K_BYTES]) -> [i8; QK_K] {
     let ql = block[..QH_OFFSET].as_chunks::<64>().0;
     let qh = block[QH_OFFSET..SCALES_OFFSET].as_chunks::<32>().0;
     for ((ql, qh), out) in ql.iter().zip(qh).zip(quants.as_chunks_mut::<128>().0) {
-        for (p, q) in out.iter_mut().enumerate() {
-            let nibble = if p < 64 { ql[p] & 0x0f } else { ql[p - 64] >> 4 };
-            let top = (qh[p % 32] >> (2 * (p / 32))) & 0x03;
-            *q = ((nibble | (top << 4)) as i8) - 32;
+        // Position l carries elements l, l + 32, l + 64 and l + 96 of the half.
+        for l in 0..32 {
+            let top = qh[l];
+            out[l] = ((ql[l] & 0x0f) | ((top & 0x03) << 4)) as i8 - 32;
+            out[l + 32] = ((ql[l + 32] & 0x0f) | (((top >> 2) & 0x03) << 4)) as i8 - 32;
+            out[l + 64] = ((ql[l] >> 4) | (((top >> 4) & 0x03) << 4)) as i8 - 32;
+            out[l + 96] = ((ql[l + 32] >> 4) | ((top >> 6) << 4)) as i8 - 32;
         }
     }
     quants
