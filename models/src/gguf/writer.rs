@@ -134,6 +134,16 @@ impl<W: Write> GgufWriter<W> {
     }
 }
 
+impl<W: Write> std::fmt::Debug for GgufWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufWriter")
+            .field("alignment", &self.alignment)
+            .field("tensors", &self.tensors.len())
+            .field("next_tensor", &self.tensors.get(self.next_tensor).map(|t| &t.name))
+            .finish_non_exhaustive()
+    }
+}
+
 fn encode_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());

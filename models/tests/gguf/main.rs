@@ -5,7 +5,9 @@
 #![allow(clippy::unwrap_used)]
 
 mod fixtures;
+mod oracle;
 mod raw;
+mod round_trip;
 
 use std::path::PathBuf;
 
