@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod fixtures;
+mod fuzz;
+mod hostile;
 mod oracle;
 mod raw;
 mod round_trip;
