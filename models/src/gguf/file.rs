@@ -53,7 +53,8 @@ impl GgufFile {
         Self::from_storage(Storage::Mapped(map))
     }
 
-    /// Parses a GGUF file held in memory.
+    /// Parses a GGUF file held in memory. Unlike a memory map, whose tensor data is aligned in memory
+    /// as in the file, the buffer only guarantees byte alignment.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, GgufError> {
         Self::from_storage(Storage::Owned(bytes))
     }
@@ -188,5 +189,30 @@ impl std::fmt::Debug for GgufFile {
             .field("metadata_entries", &self.metadata.len())
             .field("tensors", &self.tensors.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_can_be_shared_between_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<GgufFile>();
+    }
+
+    #[test]
+    fn open_reports_missing_and_empty_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = GgufFile::open(dir.path().join("missing.gguf")).unwrap_err();
+        assert!(
+            matches!(missing, GgufError::Io(ref e) if e.kind() == std::io::ErrorKind::NotFound),
+            "{missing}"
+        );
+        let empty_path = dir.path().join("empty.gguf");
+        std::fs::write(&empty_path, b"").unwrap();
+        let empty = GgufFile::open(&empty_path).unwrap_err();
+        assert!(matches!(empty, GgufError::Truncated { offset: 0, needed: 4, available: 0, .. }), "{empty}");
     }
 }

@@ -14,7 +14,7 @@ use super::{MAGIC, WRITE_VERSION};
 /// Source of padding bytes; larger alignments are padded in several writes.
 const ZEROS: [u8; 4096] = [0; 4096];
 
-/// A declared tensor with its place in the data section.
+/// A declared tensor and the size its data must have.
 struct PlannedTensor {
     name: String,
     n_bytes: u64,
@@ -26,7 +26,8 @@ struct PlannedTensor {
 /// tensor's data to [`GgufWriter::write_tensor`] in the declared order and calls
 /// [`GgufWriter::finish`]. Only the header is buffered, so memory stays bounded however large the
 /// model. Wrap a file in a `BufWriter`. After an I/O error the output is incomplete and the writer
-/// should be dropped.
+/// should be dropped. Metadata arrays nested deeper than [`MAX_ARRAY_NESTING`](super::MAX_ARRAY_NESTING)
+/// are written as given, but the reader rejects them.
 pub struct GgufWriter<W: Write> {
     out: W,
     alignment: u64,
