@@ -1,3 +1,7 @@
 //! Model files for canopy.
+//!
+//! - [`gguf`]: the GGUF model file format, reader and writer.
+//! - [`chat_template`]: Hugging Face chat templates rendered like transformers does.
 
 pub mod chat_template;
+pub mod gguf;
