@@ -1,1 +1,39 @@
-fn main() {}
+//! The `canopy` command-line tool.
+
+mod inspect;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// canopy: distributed LLM inference with speculative decoding.
+#[derive(Parser)]
+#[command(name = "canopy", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a GGUF file's architecture, metadata and tensor table.
+    Inspect(inspect::Args),
+}
+
+/// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
+const EXIT_BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line: the chain of causes joined by ": ".
+            eprintln!("canopy: error: {err:#}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}

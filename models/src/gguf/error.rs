@@ -12,7 +12,7 @@ use super::value::ValueType;
 #[non_exhaustive]
 pub enum GgufError {
     /// Reading or writing the underlying file failed.
-    #[error("GGUF I/O error: {0}")]
+    #[error("GGUF I/O error")]
     Io(#[from] std::io::Error),
 
     /// The file does not start with the bytes `GGUF`.
