@@ -36,6 +36,9 @@ pub enum TokenizerError {
     /// The metadata asks to add a special token it does not define.
     #[error("{flag} is set but the {role} token id is missing")]
     MissingSpecialToken { flag: &'static str, role: &'static str },
+    /// The GGUF file's metadata could not be read as the tokenizer needs it.
+    #[error("reading tokenizer metadata from GGUF: {0}")]
+    Gguf(#[from] crate::gguf::GgufError),
     /// A `tokenizer.json` file could not be loaded.
     #[error("loading {path}: {message}")]
     TokenizerJson { path: PathBuf, message: String },

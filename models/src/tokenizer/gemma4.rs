@@ -16,6 +16,9 @@ pub(crate) fn build(
     meta: &TokenizerMetadata,
     profile: &PreProfile,
 ) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    if meta.merges.is_empty() {
+        return Err(TokenizerError::MissingKey("tokenizer.ggml.merges"));
+    }
     let vocab = vocab_map(&meta.tokens)?;
     let merges = parse_merges(&meta.merges, &vocab)?;
     let options = BpeOptions { ignore_merges: false, byte_fallback: true };

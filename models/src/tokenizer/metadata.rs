@@ -3,6 +3,10 @@
 //! Every value here comes from an untrusted file; this module only extracts and shapes it, the
 //! builders validate it.
 
+use crate::gguf::{GgufError, GgufFile};
+
+use super::error::TokenizerError;
+
 /// How a vocabulary entry behaves, from `tokenizer.ggml.token_type` (llama.cpp's numbering).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenType {
@@ -91,11 +95,85 @@ pub struct TokenizerMetadata {
     pub special: SpecialMetadata,
 }
 
+impl SpecialMetadata {
+    /// Reads the special-token keys of a GGUF file; absent keys stay `None`.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, TokenizerError> {
+        let id = |key| optional(file, key, GgufFile::get_u64);
+        let flag = |key| optional(file, key, GgufFile::get_bool);
+        Ok(Self {
+            bos_id: id("tokenizer.ggml.bos_token_id")?,
+            eos_id: id("tokenizer.ggml.eos_token_id")?,
+            eot_id: id("tokenizer.ggml.eot_token_id")?,
+            eom_id: id("tokenizer.ggml.eom_token_id")?,
+            unk_id: id("tokenizer.ggml.unknown_token_id")?,
+            pad_id: id("tokenizer.ggml.padding_token_id")?,
+            add_bos: flag("tokenizer.ggml.add_bos_token")?,
+            add_eos: flag("tokenizer.ggml.add_eos_token")?,
+            add_space_prefix: flag("tokenizer.ggml.add_space_prefix")?,
+        })
+    }
+}
+
 impl TokenizerMetadata {
+    /// Reads the `tokenizer.ggml.*` keys of a GGUF file.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, TokenizerError> {
+        let owned = |strings: Vec<&str>| strings.into_iter().map(str::to_owned).collect::<Vec<_>>();
+        let token_types = match optional(file, "tokenizer.ggml.token_type", GgufFile::get_array)? {
+            Some(array) => numbers(array.values(), "tokenizer.ggml.token_type", |v| {
+                v.as_i64().map(TokenType::from_code)
+            })?,
+            None => Vec::new(),
+        };
+        let scores = match optional(file, "tokenizer.ggml.scores", GgufFile::get_array)? {
+            Some(array) => Some(numbers(array.values(), "tokenizer.ggml.scores", |v| {
+                v.as_f64().map(|score| score as f32)
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            model: file.get_str("tokenizer.ggml.model")?.to_owned(),
+            pre: optional(file, "tokenizer.ggml.pre", GgufFile::get_str)?.map(str::to_owned),
+            tokens: owned(file.get_string_array("tokenizer.ggml.tokens")?),
+            token_types,
+            scores,
+            merges: optional(file, "tokenizer.ggml.merges", GgufFile::get_string_array)?
+                .map(owned)
+                .unwrap_or_default(),
+            special: SpecialMetadata::from_gguf(file)?,
+        })
+    }
+
     /// The type of token `id`; normal when the file has no type list.
     pub(crate) fn token_type(&self, id: usize) -> TokenType {
         self.token_types.get(id).copied().unwrap_or(TokenType::Normal)
     }
+}
+
+/// `read(file, key)` when the key is present, `None` when it is absent.
+pub(crate) fn optional<'f, T>(
+    file: &'f GgufFile,
+    key: &str,
+    read: impl Fn(&'f GgufFile, &str) -> Result<T, GgufError>,
+) -> Result<Option<T>, GgufError> {
+    file.get(key).map(|_| read(file, key)).transpose()
+}
+
+/// Converts every array element, failing on the first that does not convert.
+fn numbers<T>(
+    values: &[crate::gguf::Value],
+    key: &'static str,
+    convert: impl Fn(&crate::gguf::Value) -> Option<T>,
+) -> Result<Vec<T>, TokenizerError> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(index, value)| {
+            convert(value).ok_or_else(|| TokenizerError::InvalidKey {
+                key,
+                reason: format!("element {index} is a {:?}, not a number", value.value_type()),
+            })
+        })
+        .collect()
 }
 
 /// Splits a merge rule `"left right"` at the first space after the first byte, as llama.cpp does,

@@ -20,6 +20,8 @@ use std::path::Path;
 use tokenizers::AddedToken;
 use tokenizers::processors::PostProcessorWrapper;
 
+use crate::gguf::GgufFile;
+
 pub use error::TokenizerError;
 pub use metadata::{SpecialMetadata, TokenType, TokenizerMetadata};
 pub use special::{SpecialToken, SpecialTokens};
@@ -34,6 +36,11 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
+    /// Builds the tokenizer embedded in a GGUF file's metadata.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, TokenizerError> {
+        Self::from_metadata(&TokenizerMetadata::from_gguf(file)?)
+    }
+
     /// Builds the tokenizer described by GGUF-style metadata.
     pub fn from_metadata(meta: &TokenizerMetadata) -> Result<Self, TokenizerError> {
         if meta.tokens.is_empty() {
@@ -56,20 +63,20 @@ impl Tokenizer {
         Ok(Self { inner, special })
     }
 
-    /// Loads a Hugging Face `tokenizer.json`. With `special` (the special-token metadata and the
-    /// `tokenizer.ggml.model` / `pre` names of the model's GGUF), BOS / EOS and the other special
-    /// ids come from it and the file's own post-processor is dropped; without it the file's
-    /// post-processor decides what `add_special` adds.
-    pub fn from_tokenizer_json_with(
-        path: &Path,
-        special: Option<(&SpecialMetadata, &str, Option<&str>)>,
-    ) -> Result<Self, TokenizerError> {
+    /// Loads a Hugging Face `tokenizer.json`. With `special_from` (the model's GGUF), BOS / EOS
+    /// and the other special ids and flags come from its metadata and the file's own
+    /// post-processor is dropped; without it the file's post-processor decides what
+    /// `add_special` adds and no BOS / EOS ids are known.
+    pub fn from_tokenizer_json(path: &Path, special_from: Option<&GgufFile>) -> Result<Self, TokenizerError> {
         let mut inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| TokenizerError::TokenizerJson { path: path.to_owned(), message: e.to_string() })?;
-        let special = match special {
-            Some((meta, model, pre)) => {
+        let special = match special_from {
+            Some(file) => {
+                let meta = SpecialMetadata::from_gguf(file)?;
+                let model = metadata::optional(file, "tokenizer.ggml.model", GgufFile::get_str)?;
+                let pre = metadata::optional(file, "tokenizer.ggml.pre", GgufFile::get_str)?;
                 inner.with_post_processor(None::<PostProcessorWrapper>);
-                resolve_special(meta, FamilyDefaults::of(model, pre), &inner)?
+                resolve_special(&meta, FamilyDefaults::of(model.unwrap_or_default(), pre), &inner)?
             }
             None => resolve_special(&SpecialMetadata::default(), FamilyDefaults::default(), &inner)?,
         };
