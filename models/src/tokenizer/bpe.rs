@@ -1,7 +1,6 @@
 //! Byte-level BPE (`tokenizer.ggml.model = gpt2`) and the vocabulary / merge plumbing shared by
 //! all BPE-based families.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use tokenizers::decoders::DecoderWrapper;
@@ -15,14 +14,14 @@ use super::pretokenizer::{self, PreProfile};
 /// Token text to id. Empty entries get llama.cpp's placeholder text so that ids stay aligned;
 /// duplicate texts are refused because one of the ids would become unreachable.
 pub(crate) fn vocab_map(tokens: &[String]) -> Result<Vocab, TokenizerError> {
-    let mut seen = HashMap::with_capacity(tokens.len());
+    let mut vocab = Vocab::with_capacity(tokens.len());
     for (id, text) in tokens.iter().enumerate() {
         let id = u32::try_from(id).map_err(|_| TokenizerError::InvalidKey {
             key: "tokenizer.ggml.tokens",
             reason: format!("more than {} tokens", u32::MAX),
         })?;
         let text = if text.is_empty() { format!("[EMPTY_{id}]") } else { text.clone() };
-        match seen.entry(text) {
+        match vocab.entry(text) {
             Entry::Vacant(slot) => {
                 slot.insert(id);
             }
@@ -35,7 +34,7 @@ pub(crate) fn vocab_map(tokens: &[String]) -> Result<Vocab, TokenizerError> {
             }
         }
     }
-    Ok(seen.into_iter().collect())
+    Ok(vocab)
 }
 
 /// Parses `"left right"` merge rules, keeping their order (= priority). Both parts and their

@@ -57,7 +57,7 @@ impl Tokenizer {
             let kind = meta.token_type(id);
             kind.is_added().then(|| AddedToken::from(text.as_str(), kind.is_special()).normalized(false))
         });
-        inner.add_tokens(added.collect::<Vec<_>>()).map_err(TokenizerError::library)?;
+        inner.add_tokens(added).map_err(TokenizerError::library)?;
         let defaults = FamilyDefaults::of(&meta.model, meta.pre.as_deref());
         let special = resolve_special(&meta.special, defaults, &inner)?;
         Ok(Self { inner, special })
