@@ -1,6 +1,7 @@
 //! The `canopy` command-line tool.
 
 mod inspect;
+mod tokenize;
 
 use std::process::ExitCode;
 
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// Print a GGUF file's architecture, metadata and tensor table.
     Inspect(inspect::Args),
+    /// Turn text into token ids (or ids into text) with a model's tokenizer.
+    Tokenize(tokenize::Args),
 }
 
 /// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
@@ -27,6 +30,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
+        Command::Tokenize(args) => tokenize::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
