@@ -11,15 +11,15 @@ fn canopy(args: &[&str]) -> Output {
 
 fn ids_of(out: Output) -> Vec<u32> {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_slice(&out.stdout).expect("stdout is a JSON array of ids")
 }
 
 /// The reference cases of a vocab file: (text, expected ids without BOS).
 fn reference_cases(vocab: &str) -> Vec<(String, Vec<u32>)> {
-    let inp = std::fs::read_to_string(format!("{VOCAB}/{vocab}.inp")).unwrap();
-    let out = std::fs::read_to_string(format!("{VOCAB}/{vocab}.out")).unwrap();
+    let inp = std::fs::read_to_string(format!("{VOCAB}/{vocab}.inp")).expect("reference texts");
+    let out = std::fs::read_to_string(format!("{VOCAB}/{vocab}.out")).expect("reference ids");
     let texts = inp.split("\n__ggml_vocab_test__\n");
-    let ids = out.lines().map(|l| l.split_whitespace().map(|id| id.parse().unwrap()).collect());
+    let ids = out.lines().map(|l| l.split_whitespace().map(|id| id.parse().expect("an id")).collect());
     texts.map(str::to_owned).zip(ids).collect()
 }
 
