@@ -1,0 +1,141 @@
+//! Per-sub-block scale searches for the K-format quantizers.
+//!
+//! Each search tries a handful of quantization grids slightly finer and coarser than the one
+//! spanned by the block's extremes, refits the scale (and offset) to the resulting quants by least
+//! squares, and keeps the fit with the smallest squared error. Sums run in f64 so the closed-form
+//! error does not cancel away.
+
+use crate::quant::le::round_clamped;
+
+/// Grids tried on each side of the nominal one, `GRID_STEP` levels apart.
+const GRID_CANDIDATES: i32 = 10;
+const GRID_STEP: f32 = 0.1;
+
+/// The fit `x ≈ scale * q - min` with `q` in `0..=max_q`, `scale >= 0` and `min >= 0` (the
+/// formats store `min` unsigned and subtract it), minimising the squared error. Returns
+/// `(scale, min)`.
+pub(super) fn fit_scale_min(x: &[f32], max_q: u8) -> (f32, f32) {
+    let lo = x.iter().fold(0.0f32, |m, &v| m.min(v));
+    let hi = x.iter().fold(lo, |m, &v| m.max(v));
+    if hi <= lo {
+        return (0.0, -lo);
+    }
+    let n = x.len() as f64;
+    let sum_x: f64 = x.iter().map(|&v| f64::from(v)).sum();
+    let sum_xx: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+
+    let mut best = (f64::INFINITY, (hi - lo) / f32::from(max_q), -lo);
+    for step in -GRID_CANDIDATES..=GRID_CANDIDATES {
+        let levels = f32::from(max_q) + step as f32 * GRID_STEP;
+        let inv = levels / (hi - lo);
+        let (mut sum_q, mut sum_qq, mut sum_qx) = (0.0f64, 0.0f64, 0.0f64);
+        for &v in x {
+            let q = f64::from(round_clamped((v - lo) * inv, 0, i32::from(max_q)));
+            sum_q += q;
+            sum_qq += q * q;
+            sum_qx += q * f64::from(v);
+        }
+        // Least squares for x ≈ a·q + b; b is -min, so a positive b is clamped to 0.
+        let det = n * sum_qq - sum_q * sum_q;
+        if det <= 0.0 {
+            continue;
+        }
+        let mut a = (n * sum_qx - sum_q * sum_x) / det;
+        let mut b = (sum_qq * sum_x - sum_q * sum_qx) / det;
+        if b > 0.0 {
+            b = 0.0;
+            a = sum_qx / sum_qq;
+        }
+        if a <= 0.0 {
+            continue;
+        }
+        let err =
+            a * a * sum_qq + 2.0 * a * b * sum_q - 2.0 * a * sum_qx + n * b * b - 2.0 * b * sum_x + sum_xx;
+        if err < best.0 {
+            best = (err, a as f32, (-b) as f32);
+        }
+    }
+    (best.1, best.2)
+}
+
+/// The scale `s` minimising the squared error of `x ≈ s * q` with `q` in `q_lo..=q_hi`
+/// (`q_lo < 0 < q_hi`). Either sign of `s` may win: a range like `-32..=31` has one more level on
+/// the negative side, so mapping the largest magnitude there can be more precise.
+pub(super) fn fit_symmetric(x: &[f32], q_lo: i32, q_hi: i32) -> f32 {
+    let extreme = x.iter().fold(0.0f32, |best, &v| if v.abs() > best.abs() { v } else { best });
+    if extreme == 0.0 {
+        return 0.0;
+    }
+    let mut best = (0.0f64, 0.0f32);
+    for (levels, sign) in [(-q_lo, -1.0f32), (q_hi, 1.0)] {
+        for step in -GRID_CANDIDATES..=GRID_CANDIDATES {
+            let inv = sign * (levels as f32 + step as f32 * GRID_STEP) / extreme;
+            let (mut sum_qq, mut sum_qx) = (0.0f64, 0.0f64);
+            for &v in x {
+                let q = f64::from(round_clamped(v * inv, q_lo, q_hi));
+                sum_qq += q * q;
+                sum_qx += q * f64::from(v);
+            }
+            // The error is Σx² - (Σqx)²/Σq², so the best grid maximises (Σqx)²/Σq².
+            if sum_qq > 0.0 {
+                let gain = sum_qx * sum_qx / sum_qq;
+                if gain > best.0 {
+                    best = (gain, (sum_qx / sum_qq) as f32);
+                }
+            }
+        }
+    }
+    best.1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affine_fit_is_exact_on_a_grid() {
+        // x = 0.5 * q - 1.5 for q = 0..=15 hits every level.
+        let x: Vec<f32> = (0..32).map(|i| 0.5 * (i % 16) as f32 - 1.5).collect();
+        let (scale, min) = fit_scale_min(&x, 15);
+        assert!((scale - 0.5).abs() < 1e-6 && (min - 1.5).abs() < 1e-6, "{scale} {min}");
+    }
+
+    /// Squared error of `x ≈ scale * q - min` with each `q` the best in `0..=max_q`.
+    fn affine_error(x: &[f32], max_q: u8, scale: f32, min: f32) -> f64 {
+        x.iter()
+            .map(|&v| {
+                let q = if scale > 0.0 { round_clamped((v + min) / scale, 0, i32::from(max_q)) } else { 0 };
+                f64::from(scale * q as f32 - min - v).powi(2)
+            })
+            .sum()
+    }
+
+    #[test]
+    fn affine_fit_beats_the_extremes_grid_and_keeps_min_non_negative() {
+        for shift in [-20.0f32, -3.0, -0.5, 0.0, 0.5, 3.0, 20.0] {
+            // A lopsided ramp, so the best grid is not the one spanned by the extremes.
+            let x: Vec<f32> = (0..32).map(|i| shift + ((i * i) % 37) as f32 / 7.0).collect();
+            let (scale, min) = fit_scale_min(&x, 15);
+            assert!(scale > 0.0 && min >= 0.0, "shift {shift}: {scale} {min}");
+            let lo = x.iter().fold(0.0f32, |m, &v| m.min(v));
+            let hi = x.iter().fold(lo, |m, &v| m.max(v));
+            let naive = affine_error(&x, 15, (hi - lo) / 15.0, -lo);
+            let fitted = affine_error(&x, 15, scale, min);
+            assert!(fitted <= naive * 1.0001, "shift {shift}: {fitted} > {naive}");
+        }
+        let constant_negative = [-2.0f32; 32];
+        assert_eq!(fit_scale_min(&constant_negative, 15), (0.0, 2.0));
+    }
+
+    #[test]
+    fn symmetric_fit_uses_the_longer_side() {
+        // -32 * 0.25 = -8 is representable only with a positive scale; 8 only with a negative one.
+        let mut x = vec![0.25f32; 16];
+        x[0] = -8.0;
+        assert!((fit_symmetric(&x, -32, 31) - 0.25).abs() < 1e-6);
+        x[0] = 8.0;
+        x[1] = -0.25;
+        assert!((fit_symmetric(&x, -32, 31) + 0.25).abs() < 1e-6);
+        assert_eq!(fit_symmetric(&[0.0; 16], -32, 31), 0.0);
+    }
+}
