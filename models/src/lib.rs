@@ -1,1 +1,3 @@
 //! Model files for canopy.
+
+pub mod synth;

@@ -104,9 +104,10 @@ pub(crate) fn learn_merges(text: &str, max_new_tokens: usize) -> LearnedMerges {
             }
         }
         // Most frequent pair; ties go to the pair of older symbols, so the result is deterministic.
-        let best = pair_counts.into_iter().filter(|&(_, count)| count >= 2).max_by_key(|&(pair, count)| {
-            (count, std::cmp::Reverse(pair))
-        });
+        let best = pair_counts
+            .into_iter()
+            .filter(|&(_, count)| count >= 2)
+            .max_by_key(|&(pair, count)| (count, std::cmp::Reverse(pair)));
         let Some(((left, right), _)) = best else { break };
 
         let joined = format!("{}{}", symbols[left as usize], symbols[right as usize]);
@@ -166,12 +167,21 @@ mod tests {
             pre_tokenize("def quicksort(arr):\n    if len(arr) <= 1:"),
             ["def", " quicksort", "(arr", "):\n", "   ", " if", " len", "(arr", ")", " <=", " ", "1", ":"]
         );
-        assert_eq!(pre_tokenize("It's 42 we'll\n\n  end  "), ["It", "'s", " ", "4", "2", " we", "'ll", "\n\n", " ", " end", "  "]);
+        assert_eq!(
+            pre_tokenize("It's 42 we'll\n\n  end  "),
+            ["It", "'s", " ", "4", "2", " we", "'ll", "\n\n", " ", " end", "  "]
+        );
         assert_eq!(
             pre_tokenize("x=1e-5; y=[0x1F, 3.14]\n\t\tz  \n  w"),
-            ["x", "=", "1", "e", "-", "5", ";", " y", "=[", "0", "x", "1", "F", ",", " ", "3", ".", "1", "4", "]\n", "\t", "\tz", "  \n", " ", " w"]
+            [
+                "x", "=", "1", "e", "-", "5", ";", " y", "=[", "0", "x", "1", "F", ",", " ", "3", ".", "1",
+                "4", "]\n", "\t", "\tz", "  \n", " ", " w"
+            ]
         );
-        assert_eq!(pre_tokenize("  leading spaces\tand\ttabs\n\n"), [" ", " leading", " spaces", "\tand", "\ttabs", "\n\n"]);
+        assert_eq!(
+            pre_tokenize("  leading spaces\tand\ttabs\n\n"),
+            [" ", " leading", " spaces", "\tand", "\ttabs", "\n\n"]
+        );
     }
 
     #[test]

@@ -102,17 +102,18 @@ impl TensorRole {
 
     /// GGUF dims (`dims[0]` is the row length).
     fn dims(self, c: &ShapeConfig) -> Vec<u64> {
-        let q_width = c.heads * c.head_dim;
-        let kv_width = c.kv_heads * c.head_dim;
+        let [hidden, head_dim, ffn, vocab] = [c.hidden, c.head_dim, c.ffn, c.vocab].map(u64::from);
+        let q_width = u64::from(c.heads) * head_dim;
+        let kv_width = u64::from(c.kv_heads) * head_dim;
         match self {
-            Self::TokenEmbd | Self::Output => vec![c.hidden, c.vocab],
-            Self::OutputNorm | Self::AttnNorm | Self::FfnNorm => vec![c.hidden],
-            Self::AttnQNorm | Self::AttnKNorm => vec![c.head_dim],
-            Self::AttnQ => vec![c.hidden, q_width],
-            Self::AttnK | Self::AttnV => vec![c.hidden, kv_width],
-            Self::AttnOutput => vec![q_width, c.hidden],
-            Self::FfnGate | Self::FfnUp => vec![c.hidden, c.ffn],
-            Self::FfnDown => vec![c.ffn, c.hidden],
+            Self::TokenEmbd | Self::Output => vec![hidden, vocab],
+            Self::OutputNorm | Self::AttnNorm | Self::FfnNorm => vec![hidden],
+            Self::AttnQNorm | Self::AttnKNorm => vec![head_dim],
+            Self::AttnQ => vec![hidden, q_width],
+            Self::AttnK | Self::AttnV => vec![hidden, kv_width],
+            Self::AttnOutput => vec![q_width, hidden],
+            Self::FfnGate | Self::FfnUp => vec![hidden, ffn],
+            Self::FfnDown => vec![ffn, hidden],
         }
     }
 }
@@ -129,14 +130,16 @@ pub struct PlannedTensor {
     /// What the tensor is.
     pub role: TensorRole,
     /// Block index for per-layer tensors.
-    pub layer: Option<u64>,
+    pub layer: Option<u32>,
     hf_name: String,
 }
 
 impl PlannedTensor {
-    fn new(config: &ShapeConfig, role: TensorRole, layer: Option<u64>) -> Self {
+    fn new(config: &ShapeConfig, role: TensorRole, layer: Option<u32>) -> Self {
         let (name, hf_name) = match layer {
-            Some(i) => (format!("blk.{i}.{}", role.gguf_name()), format!("model.layers.{i}.{}", role.hf_name())),
+            Some(i) => {
+                (format!("blk.{i}.{}", role.gguf_name()), format!("model.layers.{i}.{}", role.hf_name()))
+            }
             None => (role.gguf_name().to_owned(), role.hf_name().to_owned()),
         };
         // The type is decided by the recipe once the whole table is known.
@@ -235,10 +238,17 @@ mod tests {
         let plan = ModelPlan::new(Shape::Qwen3_8B, WeightType::Bf16);
         let names = names(&plan);
         assert_eq!(names.len(), 2 + 1 + 36 * 11);
-        assert_eq!(&names[..4], ["output.weight", "token_embd.weight", "blk.0.attn_norm.weight", "blk.0.ffn_down.weight"]);
+        assert_eq!(
+            &names[..4],
+            ["output.weight", "token_embd.weight", "blk.0.attn_norm.weight", "blk.0.ffn_down.weight"]
+        );
         // "model.layers.1." < "model.layers.10." < "model.layers.2." as strings.
-        let block_order: Vec<&str> = names.iter().filter(|n| n.ends_with(".attn_q.weight")).copied().collect();
-        assert_eq!(&block_order[..4], ["blk.0.attn_q.weight", "blk.1.attn_q.weight", "blk.10.attn_q.weight", "blk.11.attn_q.weight"]);
+        let block_order: Vec<&str> =
+            names.iter().filter(|n| n.ends_with(".attn_q.weight")).copied().collect();
+        assert_eq!(
+            &block_order[..4],
+            ["blk.0.attn_q.weight", "blk.1.attn_q.weight", "blk.10.attn_q.weight", "blk.11.attn_q.weight"]
+        );
         assert_eq!(names.last(), Some(&"output_norm.weight"));
     }
 
@@ -246,7 +256,10 @@ mod tests {
     fn quantizer_order_sorts_by_block_then_name() {
         let plan = ModelPlan::new(Shape::Qwen3_8B, WeightType::Q4KM);
         let names = names(&plan);
-        assert_eq!(&names[..4], ["output.weight", "output_norm.weight", "token_embd.weight", "blk.0.attn_k.weight"]);
+        assert_eq!(
+            &names[..4],
+            ["output.weight", "output_norm.weight", "token_embd.weight", "blk.0.attn_k.weight"]
+        );
         assert_eq!(names[14], "blk.1.attn_k.weight");
         assert_eq!(names.last(), Some(&"blk.35.ffn_up.weight"));
     }
@@ -266,7 +279,8 @@ mod tests {
     fn parameter_counts_match_the_published_sizes() {
         // Model cards: Qwen3-8B 8.2B parameters, 6.95B without embeddings; Qwen3-0.6B 0.6B, 0.44B.
         let non_embedding = |plan: &ModelPlan| {
-            let embeddings = plan.tensors.iter().filter(|t| matches!(t.role, TensorRole::TokenEmbd | TensorRole::Output));
+            let embeddings =
+                plan.tensors.iter().filter(|t| matches!(t.role, TensorRole::TokenEmbd | TensorRole::Output));
             plan.parameter_count() - embeddings.map(PlannedTensor::element_count).sum::<u64>()
         };
         let big = ModelPlan::new(Shape::Qwen3_8B, WeightType::F32);

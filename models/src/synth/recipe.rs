@@ -69,7 +69,10 @@ impl FromStr for WeightType {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let wanted = text.to_ascii_lowercase();
-        Self::ALL.into_iter().find(|t| t.name() == wanted).ok_or_else(|| SynthError::UnknownWeightType(text.to_owned()))
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name() == wanted)
+            .ok_or_else(|| SynthError::UnknownWeightType(text.to_owned()))
     }
 }
 
@@ -102,7 +105,7 @@ fn assign_q4_k_m(config: &ShapeConfig, tensors: &mut [PlannedTensor]) {
     const DEFAULT: GgmlType = GgmlType::Q4K;
     let has_output = tensors.iter().any(|t| t.role == TensorRole::Output);
     let n_attention_wv = tensors.iter().filter(|t| t.role == TensorRole::AttnV).count() as i64;
-    let n_layers = config.layers as i64;
+    let n_layers = i64::from(config.layers);
     let (mut i_attention_wv, mut i_ffn_down) = (0i64, 0i64);
 
     for tensor in tensors {
@@ -218,7 +221,8 @@ mod tests {
         let q4k = |rows: u64, cols: u64| rows * cols / 256 * 144;
         let q6k = |rows: u64, cols: u64| rows * cols / 256 * 210;
         // Per layer: q, o, k, gate and up in Q4_K, four F32 norms; v and down depend on the layer.
-        let layer_base = 2 * q4k(4096, 4096) + q4k(1024, 4096) + 2 * q4k(12288, 4096) + 4 * (2 * 4096 + 2 * 128);
+        let layer_base =
+            2 * q4k(4096, 4096) + q4k(1024, 4096) + 2 * q4k(12288, 4096) + 4 * (2 * 4096 + 2 * 128);
         let expected = q4k(151_936, 4096)
             + q6k(151_936, 4096)
             + 4 * 4096
@@ -269,9 +273,11 @@ mod tests {
 
     #[test]
     fn converter_types_keep_norms_f32() {
-        for (weight_type, matrix) in
-            [(WeightType::F32, GgmlType::F32), (WeightType::Bf16, GgmlType::Bf16), (WeightType::Q8_0, GgmlType::Q8_0)]
-        {
+        for (weight_type, matrix) in [
+            (WeightType::F32, GgmlType::F32),
+            (WeightType::Bf16, GgmlType::Bf16),
+            (WeightType::Q8_0, GgmlType::Q8_0),
+        ] {
             let plan = ModelPlan::new(Shape::Qwen3_8B, weight_type);
             for t in &plan.tensors {
                 let want = if t.role.is_norm() { GgmlType::F32 } else { matrix };

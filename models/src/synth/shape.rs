@@ -55,23 +55,23 @@ pub struct ShapeConfig {
     /// `general.name` of the converted file.
     pub display_name: &'static str,
     /// `hidden_size`.
-    pub hidden: u64,
+    pub hidden: u32,
     /// `num_hidden_layers`.
-    pub layers: u64,
+    pub layers: u32,
     /// `num_attention_heads`.
-    pub heads: u64,
+    pub heads: u32,
     /// `num_key_value_heads`.
-    pub kv_heads: u64,
+    pub kv_heads: u32,
     /// `head_dim`.
-    pub head_dim: u64,
+    pub head_dim: u32,
     /// `intermediate_size`.
-    pub ffn: u64,
+    pub ffn: u32,
     /// `vocab_size` (rows of the embedding, including padding ids).
-    pub vocab: u64,
+    pub vocab: u32,
     /// `tie_word_embeddings`: the LM head reuses the embedding and the file has no `output.weight`.
     pub tied_embeddings: bool,
     /// `max_position_embeddings`.
-    pub context: u64,
+    pub context: u32,
     /// `rope_theta`.
     pub rope_theta: f32,
     /// `rms_norm_eps`.
@@ -91,11 +91,6 @@ impl Shape {
             Self::Qwen3_0_6B => "qwen3-0.6b",
             Self::Qwen3_8B => "qwen3-8b",
         }
-    }
-
-    /// The architecture this shape belongs to.
-    pub const fn arch(self) -> Arch {
-        Arch::Qwen3
     }
 
     /// The hyperparameters.
@@ -162,7 +157,10 @@ impl FromStr for Shape {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let wanted = text.to_ascii_lowercase();
-        Self::ALL.into_iter().find(|shape| shape.name() == wanted).ok_or_else(|| SynthError::UnknownShape(text.to_owned()))
+        Self::ALL
+            .into_iter()
+            .find(|shape| shape.name() == wanted)
+            .ok_or_else(|| SynthError::UnknownShape(text.to_owned()))
     }
 }
 
@@ -191,7 +189,7 @@ mod tests {
         for shape in Shape::ALL {
             let c = shape.config();
             assert_eq!(c.heads % c.kv_heads, 0, "{shape}: GQA groups must be whole");
-            assert!(u64::from(c.special_tokens_start) + u64::from(QWEN3_ADDED_TOKENS) <= c.vocab, "{shape}");
+            assert!(c.special_tokens_start + QWEN3_ADDED_TOKENS <= c.vocab, "{shape}");
         }
         // Qwen3-0.6B's attention is wider than its residual stream (16 x 128 = 2048 > 1024).
         let small = Shape::Qwen3_0_6B.config();

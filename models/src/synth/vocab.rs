@@ -124,7 +124,7 @@ mod tests {
         for shape in Shape::ALL {
             let config = shape.config();
             let vocab = Vocab::for_shape(&config);
-            assert_eq!(vocab.tokens.len() as u64, config.vocab, "{shape}");
+            assert_eq!(vocab.tokens.len(), config.vocab as usize, "{shape}");
             assert_eq!(vocab.token_types.len(), vocab.tokens.len());
             let unique: HashSet<&String> = vocab.tokens.iter().collect();
             assert_eq!(unique.len(), vocab.tokens.len(), "{shape}: duplicate tokens");
@@ -160,5 +160,34 @@ mod tests {
         }
         assert_eq!(vocab.tokens[0], "!");
         assert_eq!(vocab.tokens[220], "Ġ");
+    }
+
+    #[test]
+    fn vocabulary_works_as_a_byte_level_bpe_tokenizer() {
+        use tokenizers::Tokenizer;
+        use tokenizers::models::bpe::{BPE, Vocab as BpeVocab};
+        use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+
+        let vocab = Vocab::for_shape(&Shape::Tiny.config());
+        let ids: BpeVocab = vocab.tokens.iter().cloned().zip(0..).collect();
+        let merges = vocab
+            .merges
+            .iter()
+            .map(|m| {
+                let (left, right) = m.split_once(' ').unwrap();
+                (left.to_owned(), right.to_owned())
+            })
+            .collect();
+        let bpe = BPE::builder().vocab_and_merges(ids, merges).build().unwrap();
+        let mut tokenizer = Tokenizer::new(bpe);
+        tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+        tokenizer.with_decoder(Some(ByteLevel::default()));
+
+        let text = "def count_words(text):\n    return the_library.report()  # h\u{e9}llo \u{2713}";
+        let encoding = tokenizer.encode(text, false).unwrap();
+        assert_eq!(tokenizer.decode(encoding.get_ids(), false).unwrap(), text);
+        let tokens = encoding.get_tokens();
+        assert!(tokens.len() * 5 < text.len() * 3, "merges barely apply: {tokens:?}");
+        assert!(tokens.iter().any(|t| t == "Ġreturn"), "{tokens:?}");
     }
 }
