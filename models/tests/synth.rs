@@ -1,6 +1,9 @@
 //! `synth` output against the converted tiny fixtures, determinism, and gguf-py as an independent
 //! reader of the files.
 
+// Test helpers outside `#[test]` functions fail loudly on purpose.
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

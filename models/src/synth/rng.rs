@@ -70,11 +70,11 @@ impl Rng {
 
     /// Fills `out` with uniform samples in [low, high).
     pub(crate) fn fill_uniform(&mut self, out: &mut [f32], low: f32, high: f32) {
+        let largest = high.next_down();
         let (low, span) = (f64::from(low), f64::from(high) - f64::from(low));
         for value in out {
-            // Rounding to f32 may reach `high` when it is 1 ulp above the sample; clamp below it.
-            let sample = (low + span * self.next_f64()) as f32;
-            *value = if sample < high as f32 { sample } else { f32::from_bits((high as f32).to_bits() - 1) };
+            // Rounding to f32 can round a sample just below `high` up to it.
+            *value = ((low + span * self.next_f64()) as f32).min(largest);
         }
     }
 
