@@ -95,7 +95,9 @@ pub fn dot_row(ty: GgmlType, src: &[u8], x: &[f32]) -> Result<f32, QuantError> {
 
 /// Encodes `src` as type `ty` into `dst`, which must be exactly the bytes of `src.len()` elements.
 ///
-/// Non-finite inputs do not panic but their blocks decode to unspecified values.
+/// Blocks holding non-finite values, or magnitudes whose scale overflows the format's f16 scale
+/// (beyond about 65504 times the format's largest quant), do not panic but decode to unspecified
+/// values.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     let quantize = row_kernels(ty).and_then(|k| k.quantize).ok_or(QuantError::Unsupported(ty, "quantize"))?;
     check_lengths(ty, src.len(), dst.len())?;

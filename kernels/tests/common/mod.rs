@@ -1,5 +1,8 @@
 //! Deterministic random data shared by the quant integration tests.
 
+// Each test binary compiles this module and uses a different part of it.
+#![allow(dead_code)]
+
 use canopy_kernels::quant::GgmlType;
 
 /// SplitMix64: tiny, deterministic, good enough to scatter test bits.

@@ -10,7 +10,7 @@ pub(super) mod q6_k;
 pub(super) mod q8_k;
 
 use super::QK_K;
-use super::le::{f32_to_f16, round_clamped};
+use super::le::{f32_to_f16_at_least, round_clamped};
 
 /// Bytes of the packed 6-bit scales and mins of Q4_K and Q5_K.
 const SCALE_MIN_BYTES: usize = 12;
@@ -64,8 +64,8 @@ fn quantize_affine_super_block(x: &[f32; QK_K], max_q: u8) -> AffineSuperBlock {
     }
     let max_scale = fitted.iter().fold(0.0f32, |m, f| m.max(f.0));
     let max_min = fitted.iter().fold(0.0f32, |m, f| m.max(f.1));
-    let (d_bytes, d) = f32_to_f16(max_scale / 63.0);
-    let (dmin_bytes, dmin) = f32_to_f16(max_min / 63.0);
+    let (d_bytes, d) = f32_to_f16_at_least(max_scale / 63.0);
+    let (dmin_bytes, dmin) = f32_to_f16_at_least(max_min / 63.0);
     let to_six_bits = |value: f32, unit: f32| {
         if unit > 0.0 { round_clamped(value / unit, 0, 63) as u8 } else { 0 }
     };

@@ -22,8 +22,12 @@ fn unpack_quants(block: &[u8; Q2_K_BYTES]) -> [u8; QK_K] {
     let mut quants = [0u8; QK_K];
     let qs = block[QS_OFFSET..D_OFFSET].as_chunks::<32>().0;
     for (bytes, out) in qs.iter().zip(quants.as_chunks_mut::<128>().0) {
-        for (p, q) in out.iter_mut().enumerate() {
-            *q = (bytes[p % 32] >> (2 * (p / 32))) & 0x03;
+        // Byte l carries elements l, l + 32, l + 64 and l + 96 of the half.
+        for (l, &byte) in bytes.iter().enumerate() {
+            out[l] = byte & 0x03;
+            out[l + 32] = (byte >> 2) & 0x03;
+            out[l + 64] = (byte >> 4) & 0x03;
+            out[l + 96] = byte >> 6;
         }
     }
     quants

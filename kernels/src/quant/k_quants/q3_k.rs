@@ -25,10 +25,14 @@ fn unpack_quants(block: &[u8; Q3_K_BYTES]) -> [i8; QK_K] {
     let hmask = &block[..QS_OFFSET];
     let qs = block[QS_OFFSET..SCALES_OFFSET].as_chunks::<32>().0;
     for (half, (bytes, out)) in qs.iter().zip(quants.as_chunks_mut::<128>().0).enumerate() {
-        for (p, q) in out.iter_mut().enumerate() {
-            let low = ((bytes[p % 32] >> (2 * (p / 32))) & 0x03) as i8;
-            let high_set = (hmask[p % 32] >> (4 * half + p / 32)) & 1 == 1;
-            *q = if high_set { low } else { low - 4 };
+        // Position l carries elements l, l + 32, l + 64 and l + 96 of the half.
+        for (l, (&byte, &mask)) in bytes.iter().zip(hmask).enumerate() {
+            let high_bits = mask >> (4 * half);
+            for group in 0..4 {
+                let low = ((byte >> (2 * group)) & 0x03) as i8;
+                let subtract = if (high_bits >> group) & 1 == 1 { 0 } else { 4 };
+                out[l + 32 * group] = low - subtract;
+            }
         }
     }
     quants

@@ -3,7 +3,7 @@
 //! `2k` and `2k + 1` share bytes `32k..32k + 32`: low nibbles for the first, high for the second.
 //!
 //! Quantization ([`super::quantize_affine_super_block`]) keeps the relative RMS error on Gaussian
-//! data below 10%.
+//! data below 9%.
 
 use super::{AFFINE_SUB_BLOCKS, SCALE_MIN_BYTES, quantize_affine_super_block, unpack_scale_min};
 use crate::quant::le::f16_to_f32;

@@ -3,7 +3,7 @@
 //! of element `l` of sub-block `j`.
 //!
 //! Quantization ([`super::quantize_affine_super_block`]) keeps the relative RMS error on Gaussian
-//! data below 5%.
+//! data below 4.5%.
 
 use super::{AFFINE_SUB_BLOCKS, SCALE_MIN_BYTES, quantize_affine_super_block, unpack_scale_min};
 use crate::quant::le::f16_to_f32;

@@ -2,7 +2,7 @@
 //! quants holds element `j` in its low nibble and element `j + 16` in its high nibble.
 //!
 //! Quantization is round-to-nearest against the block's extremes: Q4_0 relative RMS error on
-//! Gaussian data is below 12%, Q4_1 below 10%.
+//! Gaussian data is below 11%, Q4_1 below 10%.
 
 use super::{QK, inverse_or_zero, min_max, signed_abs_max};
 use crate::quant::le::{f16_to_f32, f32_to_f16, round_clamped};

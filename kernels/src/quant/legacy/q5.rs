@@ -3,7 +3,7 @@
 //! fifth bit of element `i`.
 //!
 //! Quantization is round-to-nearest against the block's extremes: relative RMS error on Gaussian
-//! data is below 6% for Q5_0 and below 5% for Q5_1.
+//! data is below 5.5% for Q5_0 and below 5% for Q5_1.
 
 use super::{QK, inverse_or_zero, min_max, signed_abs_max};
 use crate::quant::le::{f16_to_f32, f32_to_f16, round_clamped};
