@@ -114,6 +114,20 @@ mod tests {
     }
 
     #[test]
+    fn k_quant_tensors_decode_to_the_drawn_distribution() {
+        let plan = ModelPlan::new(Shape::Qwen3_0_6B, WeightType::Q4KM);
+        for (name, ty) in [("blk.3.attn_k.weight", GgmlType::Q4K), ("blk.0.attn_v.weight", GgmlType::Q6K)] {
+            let tensor = plan.tensor(name).unwrap();
+            assert_eq!(tensor.ggml_type, ty);
+            let values = decoded(tensor, &tensor_data(tensor, 2).unwrap());
+            let n = values.len() as f64;
+            let std = (values.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n).sqrt();
+            // 1M samples; Q4_K's rounding error adds about 1 % of sigma in quadrature.
+            assert!((std / f64::from(WEIGHT_SIGMA) - 1.0).abs() < 0.01, "{name}: rms {std}");
+        }
+    }
+
+    #[test]
     fn chunks_of_large_tensors_differ() {
         // A chunk is 64 rows of 1024 here, so the 1024 rows of this K projection make 16 chunks.
         let plan = ModelPlan::new(Shape::Qwen3_0_6B, WeightType::F32);
