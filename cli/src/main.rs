@@ -1,6 +1,7 @@
 //! The `canopy` command-line tool.
 
 mod inspect;
+mod synth;
 mod tokenize;
 
 use std::process::ExitCode;
@@ -21,6 +22,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Turn text into token ids (or ids into text) with a model's tokenizer.
     Tokenize(tokenize::Args),
+    /// Write a random-weight GGUF model with the tensors and metadata of a real one.
+    Synth(synth::Args),
 }
 
 /// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Tokenize(args) => tokenize::run(&args),
+        Command::Synth(args) => synth::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
