@@ -30,6 +30,21 @@ pub enum ChatTemplateError {
         /// What went wrong.
         detail: String,
     },
+    /// The model has no `tokenizer.chat_template` and no override file was given.
+    #[error("the model has no chat template (tokenizer.chat_template); give one with an override file")]
+    Missing,
+    /// The model's `tokenizer.chat_template` is not a string.
+    #[error("cannot read the model's chat template")]
+    Metadata(#[source] crate::gguf::GgufError),
+    /// The override file could not be read.
+    #[error("cannot read chat template file {}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A template kwarg would shadow a variable the renderer sets itself.
     #[error("template kwarg `{0}` is reserved for the renderer")]
     ReservedKwarg(String),

@@ -9,6 +9,7 @@ mod environment;
 mod error;
 mod generation_tag;
 mod message;
+mod source;
 mod tojson;
 
 #[cfg(test)]
@@ -19,6 +20,7 @@ use serde_json::{Map, Value as Json};
 
 pub use error::ChatTemplateError;
 pub use message::{Content, Message, Role, ToolCall};
+pub use source::CHAT_TEMPLATE_KEY;
 
 const TEMPLATE_NAME: &str = "chat_template";
 

@@ -5,6 +5,7 @@
 mod gemma4;
 mod laguna;
 mod llama31;
+mod model_source;
 mod qwen3;
 mod qwen35;
 mod qwen3_coder;
