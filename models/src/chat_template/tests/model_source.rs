@@ -22,7 +22,7 @@ fn the_gguf_template_renders_with_the_tokenizer_special_tokens() {
     assert_eq!(
         prompt,
         format!(
-            "<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+            "<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"
         )
     );
 }
