@@ -1,0 +1,106 @@
+//! `out = x · wᵀ` over weights in any dequantizable GGUF type.
+//!
+//! One token reads each weight row once through the format's fused `dot_row`. Several tokens
+//! decode each weight row once into a per-thread buffer, a tile of rows at a time, and dot it
+//! with every token of a pass, so the decoding cost is shared. A task's results are contiguous
+//! in a transposed scratch buffer (`[rows, tokens]`), which is transposed into `out` after the
+//! pass; passes of at most `TOKENS_PER_PASS` tokens bound that buffer.
+
+use rayon::prelude::*;
+
+use super::lanes::{dot, dot_many};
+use super::memory::{CpuTensor, CpuWeight};
+use super::scratch::Scratch;
+use crate::backend::{BackendError, WeightMatrix, shape};
+use crate::quant::{dequantize_row, dot_row};
+
+/// Weight rows decoded together: each token row is read once per tile.
+const TILE_ROWS: usize = 4;
+/// Weight rows per rayon task for a single token; keeps the scheduling cost per row small.
+const ROWS_PER_TASK: usize = 16;
+/// Tokens sharing one decoding of the weights; their rows of `x` stay in cache meanwhile.
+const TOKENS_PER_PASS: usize = 32;
+
+pub(super) fn matmul(
+    x: &CpuTensor,
+    weight: &CpuWeight,
+    n_rows: usize,
+    out: &mut CpuTensor,
+    scratch: &Scratch,
+) -> Result<(), BackendError> {
+    shape::matmul(x, weight, n_rows, out)?;
+    let (rows, cols) = (weight.rows(), weight.cols());
+    let x = &x.0[..n_rows * cols];
+    let out = &mut out.0[..n_rows * rows];
+    if rows == 0 || n_rows == 0 {
+        return Ok(());
+    }
+    if cols == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    if n_rows == 1 {
+        return single_token(x, weight, out);
+    }
+    for (x_pass, out_pass) in x.chunks(TOKENS_PER_PASS * cols).zip(out.chunks_mut(TOKENS_PER_PASS * rows)) {
+        let n_tokens = x_pass.len() / cols;
+        scratch.with(rows * n_tokens, |transposed| {
+            decode_once_dot_many(x_pass, weight, n_tokens, transposed)?;
+            out_pass.par_chunks_mut(rows).enumerate().for_each(|(token, out_row)| {
+                for (row, value) in out_row.iter_mut().enumerate() {
+                    *value = transposed[row * n_tokens + token];
+                }
+            });
+            Ok::<(), BackendError>(())
+        })?;
+    }
+    Ok(())
+}
+
+fn missing_row(row: usize) -> BackendError {
+    BackendError::shape("matmul", format!("weight row {row} is missing"))
+}
+
+fn single_token(x: &[f32], weight: &CpuWeight, out: &mut [f32]) -> Result<(), BackendError> {
+    out.par_iter_mut().enumerate().with_min_len(ROWS_PER_TASK).try_for_each(|(row, value)| {
+        let bytes = weight.encoded_row(row).ok_or_else(|| missing_row(row))?;
+        *value = dot_row(weight.ty(), bytes, x)?;
+        Ok(())
+    })
+}
+
+/// Fills `transposed[row * n_tokens + token]` with `weight[row] · x[token]`.
+fn decode_once_dot_many(
+    x: &[f32],
+    weight: &CpuWeight,
+    n_tokens: usize,
+    transposed: &mut [f32],
+) -> Result<(), BackendError> {
+    let cols = weight.cols();
+    transposed.par_chunks_mut(TILE_ROWS * n_tokens).enumerate().try_for_each_init(
+        || vec![0f32; TILE_ROWS * cols],
+        |decoded, (tile, results)| {
+            let first_row = tile * TILE_ROWS;
+            let tile_rows = results.len() / n_tokens;
+            for (offset, decoded_row) in decoded.chunks_exact_mut(cols).take(tile_rows).enumerate() {
+                let row = first_row + offset;
+                let bytes = weight.encoded_row(row).ok_or_else(|| missing_row(row))?;
+                dequantize_row(weight.ty(), bytes, decoded_row)?;
+            }
+            for (token, x_row) in x.chunks_exact(cols).enumerate() {
+                if tile_rows == TILE_ROWS {
+                    let rows = std::array::from_fn(|r| &decoded[r * cols..(r + 1) * cols]);
+                    let dots = dot_many::<TILE_ROWS>(rows, x_row);
+                    for (offset, dot) in dots.into_iter().enumerate() {
+                        results[offset * n_tokens + token] = dot;
+                    }
+                } else {
+                    for (offset, decoded_row) in decoded.chunks_exact(cols).take(tile_rows).enumerate() {
+                        results[offset * n_tokens + token] = dot(decoded_row, x_row);
+                    }
+                }
+            }
+            Ok(())
+        },
+    )
+}
