@@ -2,6 +2,9 @@
 //! bidirectional and tree masks, GQA, scattered block tables and batches of several sequences;
 //! plus the attention layout's bookkeeping and errors.
 
+// The helpers unwrap like the tests calling them: an error there is a test failure.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use canopy_kernels::backend::cpu::{CpuBackend, CpuTensor};

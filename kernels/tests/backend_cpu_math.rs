@@ -1,6 +1,9 @@
 //! The CPU backend's arithmetic ops against naive f64 references written here: matmul over every
 //! weight format, RMS norms, RoPE, SwiGLU and add. Also the shape errors of these ops.
 
+// The helpers unwrap like the tests calling them: an error there is a test failure.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use canopy_kernels::backend::cpu::{CpuBackend, CpuTensor};
@@ -59,9 +62,13 @@ fn random_weight(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> (Vec<
 fn matmul_matches_a_naive_product_for_every_weight_format() {
     let backend = CpuBackend::new();
     let mut rng = Rng::new(0x3a7);
-    // 37 rows leave a partial tile; 33 tokens span two passes of the multi-token path.
-    let (rows, cols) = (37, 512);
-    for ty in GgmlType::ALL.into_iter().filter(|&ty| is_dequantize_supported(ty)) {
+    // 37 rows leave a partial panel; 33 tokens span two passes of the multi-token path; float
+    // formats also take rows whose length is not a multiple of any SIMD width.
+    let rows = 37;
+    let formats = GgmlType::ALL.into_iter().filter(|&ty| is_dequantize_supported(ty));
+    let shapes =
+        formats.map(|ty| (ty, 512)).chain([GgmlType::F32, GgmlType::F16, GgmlType::Bf16].map(|ty| (ty, 45)));
+    for (ty, cols) in shapes {
         let (bytes, w) = random_weight(ty, rows, cols, &mut rng);
         let weight = backend.upload_weight(ty, rows, cols, &bytes).unwrap();
         for n_rows in [1, 2, 5, 33] {
@@ -80,7 +87,7 @@ fn matmul_matches_a_naive_product_for_every_weight_format() {
                     let value = f64::from(got[t * rows + r]);
                     assert!(
                         (value - exact).abs() <= 1e-5 * condition + 1e-30,
-                        "{ty} n_rows={n_rows} token {t} row {r}: {value} vs {exact}"
+                        "{ty} {cols} columns, n_rows={n_rows}, token {t} row {r}: {value} vs {exact}"
                     );
                 }
             }

@@ -28,22 +28,28 @@ pub(super) fn sum_map(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     acc.iter().sum::<f32>() + tail.iter().map(|&v| f(v)).sum::<f32>()
 }
 
-/// The dot products of each of `rows` with `x` (all equally long), reading `x` once.
-pub(super) fn dot_many<const N: usize>(rows: [&[f32]; N], x: &[f32]) -> [f32; N] {
-    let mut acc = [[0f32; LANES]; N];
-    let (x_chunks, x_tail) = x.as_chunks::<LANES>();
-    let row_chunks = rows.map(|row| row.as_chunks::<LANES>().0);
-    for (i, x_chunk) in x_chunks.iter().enumerate() {
-        for (acc, chunks) in acc.iter_mut().zip(&row_chunks) {
-            let w = &chunks[i];
-            for lane in 0..LANES {
-                acc[lane] += w[lane] * x_chunk[lane];
+/// Rows interleaved by a panel: `panel[k][r]` is element `k` of row `r`.
+pub(super) const PANEL_ROWS: usize = 8;
+
+/// The dot products of the `PANEL_ROWS` rows of `panel` with `x` (one element of `x` per panel
+/// entry). Each step multiplies one broadcast element of `x` with a contiguous vector of rows,
+/// the shape SIMD units want; four steps in flight hide the addition latency.
+pub(super) fn dot_panel(panel: &[[f32; PANEL_ROWS]], x: &[f32]) -> [f32; PANEL_ROWS] {
+    const UNROLL: usize = 4;
+    let mut acc = [[0f32; PANEL_ROWS]; UNROLL];
+    let (panel_chunks, panel_tail) = panel.as_chunks::<UNROLL>();
+    let (x_chunks, x_tail) = x.as_chunks::<UNROLL>();
+    for (columns, x) in panel_chunks.iter().zip(x_chunks) {
+        for step in 0..UNROLL {
+            for row in 0..PANEL_ROWS {
+                acc[step][row] += columns[step][row] * x[step];
             }
         }
     }
-    let tail_start = x_chunks.len() * LANES;
-    std::array::from_fn(|r| {
-        let tail: f32 = rows[r][tail_start..].iter().zip(x_tail).map(|(w, x)| w * x).sum();
-        acc[r].iter().sum::<f32>() + tail
-    })
+    for (column, &x) in panel_tail.iter().zip(x_tail) {
+        for row in 0..PANEL_ROWS {
+            acc[0][row] += column[row] * x;
+        }
+    }
+    std::array::from_fn(|row| acc.iter().map(|acc| acc[row]).sum())
 }

@@ -1,21 +1,20 @@
 //! `out = x · wᵀ` over weights in any dequantizable GGUF type.
 //!
 //! One token reads each weight row once through the format's fused `dot_row`. Several tokens
-//! decode each weight row once into a per-thread buffer, a tile of rows at a time, and dot it
-//! with every token of a pass, so the decoding cost is shared. A task's results are contiguous
-//! in a transposed scratch buffer (`[rows, tokens]`), which is transposed into `out` after the
-//! pass; passes of at most `TOKENS_PER_PASS` tokens bound that buffer.
+//! decode each weight row once, a panel of `PANEL_ROWS` rows at a time interleaved into a
+//! per-thread buffer, and dot the panel with every token of a pass, so the decoding cost is
+//! shared and the inner loop vectorises across rows. A task's results are contiguous in a
+//! transposed scratch buffer (`[rows, tokens]`), which is transposed into `out` after the pass;
+//! passes of at most `TOKENS_PER_PASS` tokens bound that buffer.
 
 use rayon::prelude::*;
 
-use super::lanes::{dot, dot_many};
+use super::lanes::{PANEL_ROWS, dot_panel};
 use super::memory::{CpuTensor, CpuWeight};
 use super::scratch::Scratch;
 use crate::backend::{BackendError, WeightMatrix, shape};
 use crate::quant::{dequantize_row, dot_row};
 
-/// Weight rows decoded together: each token row is read once per tile.
-const TILE_ROWS: usize = 4;
 /// Weight rows per rayon task for a single token; keeps the scheduling cost per row small.
 const ROWS_PER_TASK: usize = 16;
 /// Tokens sharing one decoding of the weights; their rows of `x` stay in cache meanwhile.
@@ -77,27 +76,28 @@ fn decode_once_dot_many(
     transposed: &mut [f32],
 ) -> Result<(), BackendError> {
     let cols = weight.cols();
-    transposed.par_chunks_mut(TILE_ROWS * n_tokens).enumerate().try_for_each_init(
-        || vec![0f32; TILE_ROWS * cols],
-        |decoded, (tile, results)| {
-            let first_row = tile * TILE_ROWS;
-            let tile_rows = results.len() / n_tokens;
-            for (offset, decoded_row) in decoded.chunks_exact_mut(cols).take(tile_rows).enumerate() {
-                let row = first_row + offset;
-                let bytes = weight.encoded_row(row).ok_or_else(|| missing_row(row))?;
-                dequantize_row(weight.ty(), bytes, decoded_row)?;
+    transposed.par_chunks_mut(PANEL_ROWS * n_tokens).enumerate().try_for_each_init(
+        || (vec![0f32; cols], vec![[0f32; PANEL_ROWS]; cols]),
+        |(decoded, panel), (panel_index, results)| {
+            let first_row = panel_index * PANEL_ROWS;
+            let panel_rows = results.len() / n_tokens;
+            for offset in 0..PANEL_ROWS {
+                // Rows past the weight's end (the last panel) decode as zeros and are not stored.
+                if offset < panel_rows {
+                    let row = first_row + offset;
+                    let bytes = weight.encoded_row(row).ok_or_else(|| missing_row(row))?;
+                    dequantize_row(weight.ty(), bytes, decoded)?;
+                } else {
+                    decoded.fill(0.0);
+                }
+                for (column, &value) in panel.iter_mut().zip(decoded.iter()) {
+                    column[offset] = value;
+                }
             }
             for (token, x_row) in x.chunks_exact(cols).enumerate() {
-                if tile_rows == TILE_ROWS {
-                    let rows = std::array::from_fn(|r| &decoded[r * cols..(r + 1) * cols]);
-                    let dots = dot_many::<TILE_ROWS>(rows, x_row);
-                    for (offset, dot) in dots.into_iter().enumerate() {
-                        results[offset * n_tokens + token] = dot;
-                    }
-                } else {
-                    for (offset, decoded_row) in decoded.chunks_exact(cols).take(tile_rows).enumerate() {
-                        results[offset * n_tokens + token] = dot(decoded_row, x_row);
-                    }
+                let dots = dot_panel(panel, x_row);
+                for (offset, &dot) in dots[..panel_rows].iter().enumerate() {
+                    results[offset * n_tokens + token] = dot;
                 }
             }
             Ok(())
