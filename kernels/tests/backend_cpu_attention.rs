@@ -307,11 +307,19 @@ fn each_tree_node_attends_exactly_like_its_root_to_node_path() {
         let slots: Vec<u32> = (0..positions.len()).map(|p| pool.slot(&chain.table, p)).collect();
         pool.write(&backend, &chain, 0, &slots, kv_row);
         let chain_out = run(&backend, &pool, &[&chain], &p);
+        // Bit for bit: tree verification must reproduce decoding the path one token at a time.
         let (tree_row, chain_row) =
             (&tree_out[node * q_row..][..q_row], &chain_out[(path.len() - 1) * q_row..]);
-        for (i, (&a, &b)) in tree_row.iter().zip(chain_row).enumerate() {
-            assert!((a - b).abs() <= 1e-6 * (1.0 + a.abs()), "node {node} [{i}]: tree {a} vs path {b}");
-        }
+        assert_eq!(tree_row, chain_row, "node {node} (path {path:?})");
+        // The same again with the path's last token as the only new one, the rest committed.
+        let last = TestSequence {
+            n_past: positions.len() - 1,
+            n_new: 1,
+            queries: chain.queries[(path.len() - 1) * q_row..].to_vec(),
+            ..chain
+        };
+        assert_eq!(tree_row, run(&backend, &pool, &[&last], &p), "node {node} decoded alone");
+        chain = last;
         pool.free.append(&mut chain.table);
     }
 }
@@ -403,6 +411,22 @@ fn a_batch_rewritten_in_place_matches_a_fresh_upload() {
     let fresh = AttentionBatch::upload(&backend, &small_layout).unwrap();
     assert_eq!(attend(&batch), attend(&fresh));
     assert_matches_naive(&attend(&batch), &small, &p, "updated batch");
+
+    let mut reserved = AttentionBatch::with_capacity(&backend, 2, 11, 10).unwrap();
+    assert_eq!((reserved.n_sequences(), reserved.n_rows()), (0, 0));
+    reserved.update(&backend, &small_layout).unwrap();
+    assert_eq!(attend(&reserved), attend(&fresh), "a batch reserved ahead of time");
+    // Exactly the capacity of the big layout (8 + 3 rows, 7 + 3 blocks); one less of anything fails.
+    reserved.update(&backend, &big_layout).unwrap();
+    assert!(
+        AttentionBatch::with_capacity(&backend, 2, 10, 10).unwrap().update(&backend, &big_layout).is_err()
+    );
+    assert!(
+        AttentionBatch::with_capacity(&backend, 2, 11, 9).unwrap().update(&backend, &big_layout).is_err()
+    );
+    assert!(
+        AttentionBatch::with_capacity(&backend, 1, 11, 10).unwrap().update(&backend, &big_layout).is_err()
+    );
 
     let mut small_batch = AttentionBatch::upload(&backend, &small_layout).unwrap();
     match small_batch.update(&backend, &big_layout) {

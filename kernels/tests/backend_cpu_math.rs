@@ -97,6 +97,34 @@ fn matmul_matches_a_naive_product_for_every_weight_format() {
 }
 
 #[test]
+fn matmul_gives_a_token_the_same_bits_in_any_batch() {
+    let backend = CpuBackend::new();
+    let mut rng = Rng::new(0xb17);
+    let (rows, cols) = (21, 256);
+    for ty in [GgmlType::Q4K, GgmlType::Q8_0, GgmlType::F16] {
+        let (bytes, _) = random_weight(ty, rows, cols, &mut rng);
+        let weight = backend.upload_weight(ty, rows, cols, &bytes).unwrap();
+        let x = gaussian_row(40 * cols, 1.0, &mut rng);
+        let product = |tokens: std::ops::Range<usize>| {
+            let n_rows = tokens.len();
+            let input = backend.upload(&x[tokens.start * cols..tokens.end * cols]).unwrap();
+            let mut out = backend.zeros(n_rows * rows).unwrap();
+            backend.matmul(&input, &weight, n_rows, &mut out).unwrap();
+            download(&backend, &out)
+        };
+        let batched = product(0..40);
+        for token in [0, 7, 31, 32, 39] {
+            assert_eq!(
+                product(token..token + 1),
+                batched[token * rows..][..rows],
+                "{ty} token {token} alone"
+            );
+        }
+        assert_eq!(product(30..35), batched[30 * rows..35 * rows], "{ty} tokens 30..35");
+    }
+}
+
+#[test]
 fn matmul_and_weight_upload_refuse_bad_shapes() {
     let backend = CpuBackend::new();
     let ty = GgmlType::Q4K;

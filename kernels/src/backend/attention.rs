@@ -310,6 +310,30 @@ impl<B: Backend> AttentionBatch<B> {
         })
     }
 
+    /// An empty batch whose arrays can later take, through [`Self::update`], any layout of at most
+    /// `max_sequences` sequences, `max_rows` query rows and `max_table_entries` block-table
+    /// entries in all: the buffers a captured step keeps.
+    pub fn with_capacity(
+        backend: &B,
+        max_sequences: usize,
+        max_rows: usize,
+        max_table_entries: usize,
+    ) -> Result<Self, BackendError> {
+        let fields = max_sequences.checked_mul(SEQ_FIELDS).ok_or_else(|| {
+            BackendError::shape("attention batch", format!("{max_sequences} sequences overflow usize"))
+        })?;
+        Ok(Self {
+            sequences: backend.upload_index(&vec![0; fields])?,
+            block_tables: backend.upload_index(&vec![0; max_table_entries])?,
+            tree_parents: backend.upload_index(&vec![TREE_ROOT; max_rows])?,
+            n_sequences: 0,
+            n_rows: 0,
+            block_size: 1,
+            max_kv_len: 0,
+            slots_needed: 0,
+        })
+    }
+
     /// Rewrites the device arrays in place with `layout`, which must fit in the capacity they
     /// were created with; the buffers stay where they are, as a captured step needs.
     pub fn update(&mut self, backend: &B, layout: &AttentionLayout) -> Result<(), BackendError> {

@@ -3,6 +3,11 @@
 //! One task per (query row, head). A task walks the keys its row may see, a chunk at a time:
 //! it scores the chunk, then folds it into a running softmax (max, sum and weighted values kept
 //! in the output row itself), so no score buffer grows with the context.
+//!
+//! Keys are visited in position order: the context, then the new tokens the row sees (a tree
+//! node's ancestors from the root down). A row's result therefore depends only on the keys it
+//! sees, bit for bit: a tree node gets exactly what decoding its root-to-node path one token at
+//! a time would give, and a sequence gets the same in any batch.
 
 use rayon::prelude::*;
 
@@ -36,14 +41,16 @@ pub(super) fn attention(
         block_tables: &batch.block_tables.0,
         parents: &batch.tree_parents.0,
     };
-    out.0[..batch.n_rows() * q_row_len].par_chunks_mut(head_dim).enumerate().for_each(|(task, out)| {
+    let tasks = out.0[..batch.n_rows() * q_row_len].par_chunks_mut(head_dim).enumerate();
+    // Each rayon job keeps one buffer for the tree paths of its tasks.
+    tasks.for_each_init(Vec::new, |path, (task, out)| {
         let (row, head) = (task / n_heads, task % n_heads);
         // Rows are packed in sequence order; sequences without rows end where they start.
         let seq = &sequences[sequences.partition_point(|s| s.q_start + s.n_new <= row)];
         let q = &q.0[row * q_row_len + head * head_dim..][..head_dim];
         let kv_offset = head / heads_per_kv * head_dim;
         let mut softmax = RunningSoftmax::new(q, params.scale, out);
-        pools.for_each_visible_slot(seq, row - seq.q_start, |slot| {
+        pools.for_each_visible_slot(seq, row - seq.q_start, path, |slot| {
             let start = slot * pools.kv_row_len + kv_offset;
             softmax.push(&pools.k[start..start + head_dim], &pools.v[start..start + head_dim]);
         });
@@ -71,8 +78,15 @@ struct Pools<'a> {
 }
 
 impl Pools<'_> {
-    /// Calls `visit` with the pool slot of every key new token `i` of `seq` may see.
-    fn for_each_visible_slot(&self, seq: &SequenceView, i: usize, mut visit: impl FnMut(usize)) {
+    /// Calls `visit` with the pool slot of every key new token `i` of `seq` may see, in position
+    /// order; `path` is scratch space for a tree node's ancestry.
+    fn for_each_visible_slot(
+        &self,
+        seq: &SequenceView,
+        i: usize,
+        path: &mut Vec<u32>,
+        mut visit: impl FnMut(usize),
+    ) {
         let table = &self.block_tables[seq.table_start..];
         let mut visit_position = |position: usize| {
             visit(table[position / self.block_size] as usize * self.block_size + position % self.block_size);
@@ -83,11 +97,13 @@ impl Pools<'_> {
             MaskKind::Bidirectional => (0..seq.n_new).for_each(|j| visit_position(seq.n_past + j)),
             MaskKind::Tree => {
                 let parents = &self.parents[seq.q_start..seq.q_start + seq.n_new];
+                path.clear();
                 let mut node = i as u32;
                 while node != TREE_ROOT {
-                    visit_position(seq.n_past + node as usize);
+                    path.push(node);
                     node = parents[node as usize];
                 }
+                path.iter().rev().for_each(|&node| visit_position(seq.n_past + node as usize));
             }
         }
     }
