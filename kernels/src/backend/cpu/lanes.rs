@@ -1,5 +1,5 @@
-//! Reductions written with independent per-lane accumulators, which the compiler turns into SIMD
-//! (it may not reorder a single f32 accumulator).
+//! Dot products and sums written with independent accumulators in a fixed order, which the
+//! compiler turns into SIMD (it may not reorder the additions of a single f32 accumulator).
 
 const LANES: usize = 8;
 

@@ -2,6 +2,11 @@
 //!
 //! Every op accumulates in f32. Index arrays live in host memory, so their contents are checked
 //! too: an out-of-range id, slot or row is a [`BackendError::Index`] and nothing is written.
+//!
+//! Results are batch-invariant: every op computes a row (a token, a token's head) with the same
+//! arithmetic in the same order whatever else is in the call. A sequence gets the same bits alone
+//! or batched, and verifying a draft tree reproduces one-token decoding of the accepted path
+//! exactly, so greedy speculative decoding can be checked token for token against plain decoding.
 
 mod attention;
 mod elementwise;
