@@ -1,0 +1,229 @@
+//! The compute seam between model code and devices.
+//!
+//! [`Backend`] is a small set of fused ops over device buffers: dense f32 tensors, weight matrices
+//! in their GGUF block format, and `u32` index arrays. Model code is written once against it; the
+//! CPU backend ([`cpu::CpuBackend`]) is the reference every other backend is tested against.
+//!
+//! Conventions every backend follows:
+//! - Every op takes its shapes explicitly. Buffers may be larger than an op needs, so a decode
+//!   step can reuse buffers sized for the largest batch; an op reads and writes only the leading
+//!   elements its shapes describe. A buffer too small for them is a [`BackendError::Shape`], never
+//!   a panic or an out-of-bounds access.
+//! - A "row" is one token unless an op says otherwise; tensors are row-major.
+//! - Ops stay on the device: only `download`, `argmax_rows` and `top_k_rows` return data to the
+//!   host. Everything an op reads per token (ids, positions, KV slots, block tables, tree parents)
+//!   is an [`Backend::Index`] on the device, which `write_index` rewrites in place, so a step's
+//!   buffers can stay put for a captured device graph.
+//! - Ops run in submission order. Host-side results are complete when the call returns.
+
+mod attention;
+pub mod cpu;
+mod error;
+mod rope;
+mod shape;
+
+pub use attention::{AttentionBatch, AttentionLayout, AttentionParams, Mask, SequenceSpec, TREE_ROOT};
+pub use error::BackendError;
+pub use rope::{RopeParams, RopeStyle};
+
+use crate::quant::GgmlType;
+
+/// A one-dimensional device array that knows its length in elements.
+pub trait DeviceArray: Send + Sync {
+    /// Elements in the array.
+    fn len(&self) -> usize;
+
+    /// Whether the array holds no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A weight matrix of `rows` output features by `cols` input features, stored row by row in the
+/// block format of its GGUF type.
+pub trait WeightMatrix: Send + Sync {
+    /// Element type of the stored blocks.
+    fn ty(&self) -> GgmlType;
+    /// Output features.
+    fn rows(&self) -> usize;
+    /// Input features: the length of each row.
+    fn cols(&self) -> usize;
+}
+
+/// A compute device and its fused ops. See the [module docs](self) for the conventions.
+pub trait Backend: Send + Sync + Sized + 'static {
+    /// A dense f32 array: activations, norm weights, KV pools.
+    type Tensor: DeviceArray;
+    /// A weight matrix, uploaded once.
+    type Weight: WeightMatrix;
+    /// A `u32` array: token ids, positions, KV slots, block tables, tree parents.
+    type Index: DeviceArray;
+
+    /// A short name for logs ("cpu", "cuda:0").
+    fn name(&self) -> &str;
+
+    /// A tensor of `len` zeros.
+    fn zeros(&self, len: usize) -> Result<Self::Tensor, BackendError>;
+
+    /// A tensor holding `data`.
+    fn upload(&self, data: &[f32]) -> Result<Self::Tensor, BackendError>;
+
+    /// Copies the first `out.len()` elements of `src` to the host, after every submitted op.
+    fn download(&self, src: &Self::Tensor, out: &mut [f32]) -> Result<(), BackendError>;
+
+    /// An index array holding `data`.
+    fn upload_index(&self, data: &[u32]) -> Result<Self::Index, BackendError>;
+
+    /// Overwrites the first `data.len()` elements of `dst` in place; the buffer keeps its address
+    /// and length.
+    fn write_index(&self, dst: &mut Self::Index, data: &[u32]) -> Result<(), BackendError>;
+
+    /// Uploads a `rows x cols` weight of type `ty` from its GGUF bytes (rows stored one after the
+    /// other, each `cols` elements in whole blocks).
+    fn upload_weight(
+        &self,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<Self::Weight, BackendError>;
+
+    /// Waits for every submitted op to finish.
+    fn synchronize(&self) -> Result<(), BackendError>;
+
+    /// `out[i] = table[ids[i]]` for `i < n_rows`: `out` is `[n_rows, table.cols()]`.
+    fn embed(
+        &self,
+        table: &Self::Weight,
+        ids: &Self::Index,
+        n_rows: usize,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// RMS normalisation of `n_rows` consecutive chunks of `weight.len()` elements of `x`, each
+    /// then scaled elementwise by `weight`: `x / sqrt(mean(x²) + eps) * weight`. A per-head norm
+    /// is the same op with `n_rows = tokens * heads`.
+    fn rms_norm(
+        &self,
+        x: &Self::Tensor,
+        weight: &Self::Tensor,
+        n_rows: usize,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// `residual += delta`, then `out = rms_norm(residual)`, over `n_rows` rows of `weight.len()`.
+    fn add_rms_norm(
+        &self,
+        residual: &mut Self::Tensor,
+        delta: &Self::Tensor,
+        weight: &Self::Tensor,
+        n_rows: usize,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// `out = x · weightᵀ`: `x` is `[n_rows, weight.cols()]`, `out` is `[n_rows, weight.rows()]`,
+    /// accumulated in f32 whatever the weight's type.
+    fn matmul(
+        &self,
+        x: &Self::Tensor,
+        weight: &Self::Weight,
+        n_rows: usize,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// Rotates `x`, `[n_rows, n_heads, head_dim]`, in place; row `i` at position `positions[i]`.
+    fn rope(
+        &self,
+        x: &mut Self::Tensor,
+        positions: &Self::Index,
+        n_rows: usize,
+        params: &RopeParams,
+    ) -> Result<(), BackendError>;
+
+    /// Stores row `i` of `new` (`[n_rows, row_len]`) at row `slots[i]` of `pool`, which is whole
+    /// rows of `row_len`. Slots must be distinct.
+    fn write_kv(
+        &self,
+        pool: &mut Self::Tensor,
+        new: &Self::Tensor,
+        slots: &Self::Index,
+        n_rows: usize,
+        row_len: usize,
+    ) -> Result<(), BackendError>;
+
+    /// Copies pool row `src_slots[i]` to row `dst_slots[i]` for `i < n_rows`, as if every source
+    /// row were read before any destination is written, so sources and destinations may overlap
+    /// (compacting the accepted nodes of a draft tree). Destination slots must be distinct.
+    fn copy_kv(
+        &self,
+        pool: &mut Self::Tensor,
+        src_slots: &Self::Index,
+        dst_slots: &Self::Index,
+        n_rows: usize,
+        row_len: usize,
+    ) -> Result<(), BackendError>;
+
+    /// `out[i] = src[rows[i]]` for rows of `row_len` elements: picks the rows that need logits or
+    /// the hidden states of accepted tree nodes.
+    fn gather_rows(
+        &self,
+        src: &Self::Tensor,
+        rows: &Self::Index,
+        n_rows: usize,
+        row_len: usize,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// Paged multi-sequence attention. `q` and `out` are `[batch.n_rows(), n_heads, head_dim]`;
+    /// the pools are `[slots, n_kv_heads, head_dim]` and already hold every key and value the
+    /// batch reads, new tokens' included. Softmax in f32 with max subtraction.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        k_pool: &Self::Tensor,
+        v_pool: &Self::Tensor,
+        batch: &AttentionBatch<Self>,
+        params: &AttentionParams,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// `out = silu(gate) * up` over the first `len` elements.
+    fn swiglu(
+        &self,
+        gate: &Self::Tensor,
+        up: &Self::Tensor,
+        len: usize,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError>;
+
+    /// `acc += x` over the first `len` elements.
+    fn add(&self, acc: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> Result<(), BackendError>;
+
+    /// Replaces each of `n_rows` rows of `row_len` by its softmax, in place.
+    fn softmax_rows(&self, x: &mut Self::Tensor, n_rows: usize, row_len: usize) -> Result<(), BackendError>;
+
+    /// Index of the largest value of each of `n_rows` rows into `out` (the first on ties; NaN
+    /// never wins unless the whole row is NaN, which gives 0).
+    fn argmax_rows(
+        &self,
+        x: &Self::Tensor,
+        n_rows: usize,
+        row_len: usize,
+        out: &mut [u32],
+    ) -> Result<(), BackendError>;
+
+    /// The `k` largest logits of each of `n_rows` rows, best first (lower id first on ties), as
+    /// ids and log-softmax values over the whole row: row `r` fills `ids[r*k..(r+1)*k]` and
+    /// `log_probs[r*k..(r+1)*k]`. `k` must not exceed `row_len`.
+    fn top_k_rows(
+        &self,
+        logits: &Self::Tensor,
+        n_rows: usize,
+        row_len: usize,
+        k: usize,
+        ids: &mut [u32],
+        log_probs: &mut [f32],
+    ) -> Result<(), BackendError>;
+}
