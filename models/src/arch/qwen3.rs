@@ -359,7 +359,7 @@ impl<B: Backend> Qwen3<B> {
         logit_rows: LogitRows<'_>,
         capture: bool,
     ) -> Result<ForwardOutput, ArchError> {
-        let (tokens, picked_rows) = self.check_batch(cache, batch, logit_rows)?;
+        let step = self.check_batch(cache, batch, logit_rows)?;
         let mut n_pasts = Vec::with_capacity(batch.len());
         for input in batch {
             match cache.append(input.seq, input.tokens.len()) {
@@ -370,21 +370,20 @@ impl<B: Backend> Qwen3<B> {
                 }
             }
         }
-        let result = self.run(backend, cache, batch, &n_pasts, &tokens, logit_rows, picked_rows, capture);
+        let result = self.run(backend, cache, batch, &n_pasts, &step, capture);
         if result.is_err() {
             rollback(cache, batch, &n_pasts);
         }
         result
     }
 
-    /// Validates the batch on the host; returns the concatenated tokens and the logit rows to
-    /// gather (`None` when every row gets logits).
+    /// Validates the batch on the host and flattens it.
     fn check_batch(
         &self,
         cache: &KvCache<B>,
         batch: &[SequenceInput<'_>],
         logit_rows: LogitRows<'_>,
-    ) -> Result<(Vec<u32>, Option<Vec<u32>>), ArchError> {
+    ) -> Result<StepInputs, ArchError> {
         let kv = cache.config();
         let expected = self.config.kv_config(kv.block_size, kv.n_blocks);
         if *kv != expected {
@@ -433,21 +432,19 @@ impl<B: Backend> Qwen3<B> {
             let detail = format!("{n_logit_rows} logit rows, at most {}", self.options.max_logit_rows);
             return Err(ArchError::Batch(detail));
         }
-        Ok((tokens, picked))
+        Ok(StepInputs { tokens, picked_rows: picked })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
         backend: &B,
         cache: &mut KvCache<B>,
         batch: &[SequenceInput<'_>],
         n_pasts: &[usize],
-        tokens: &[u32],
-        logit_rows: LogitRows<'_>,
-        picked_rows: Option<Vec<u32>>,
+        step: &StepInputs,
         capture: bool,
     ) -> Result<ForwardOutput, ArchError> {
+        let tokens = &step.tokens;
         let block_size = cache.config().block_size;
         let mut table_entries = 0;
         let specs = batch
@@ -503,22 +500,24 @@ impl<B: Backend> Qwen3<B> {
             backend.matmul(&s.act, &layer.ffn_down, n, &mut s.delta)?;
             backend.add(&mut s.residual, &s.delta, n * config.hidden)?;
             if capture {
-                let slots = self.options.capture_layers.iter().zip(&mut s.captured);
-                for (_, captured) in slots.filter(|(layer, _)| **layer == index) {
-                    backend.gather_rows(&s.residual, &s.all_rows, n, config.hidden, captured)?;
+                // Gathering every row is a plain copy: the backend has no separate copy op.
+                for (&layer, captured) in self.options.capture_layers.iter().zip(&mut s.captured) {
+                    if layer == index {
+                        backend.gather_rows(&s.residual, &s.all_rows, n, config.hidden, captured)?;
+                    }
                 }
             }
         }
 
         let lm_head = self.output.as_ref().unwrap_or(&self.token_embd);
-        let n_logit_rows = match (&picked_rows, logit_rows) {
-            (_, LogitRows::None) => 0,
-            (None, _) => {
+        let n_logit_rows = match &step.picked_rows {
+            Some(rows) if rows.is_empty() => 0,
+            None => {
                 backend.rms_norm(&s.residual, &self.output_norm, n, eps, &mut s.normed)?;
                 backend.matmul(&s.normed, lm_head, n, &mut s.logits)?;
                 n
             }
-            (Some(rows), _) => {
+            Some(rows) => {
                 backend.write_index(&mut s.logit_rows, rows)?;
                 backend.gather_rows(&s.residual, &s.logit_rows, rows.len(), config.hidden, &mut s.picked)?;
                 backend.rms_norm(&s.picked, &self.output_norm, rows.len(), eps, &mut s.normed)?;
@@ -528,6 +527,14 @@ impl<B: Backend> Qwen3<B> {
         };
         Ok(ForwardOutput { n_rows: n, n_logit_rows })
     }
+}
+
+/// A validated batch, flattened on the host.
+struct StepInputs {
+    /// Every sequence's new tokens, in batch order.
+    tokens: Vec<u32>,
+    /// The rows that get logits, or `None` for every row.
+    picked_rows: Option<Vec<u32>>,
 }
 
 /// Returns the sequences of `batch` that were already extended back to their lengths before.
