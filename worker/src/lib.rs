@@ -1,2 +1,6 @@
 //! The canopy worker: the engine that owns one GPU and one target + drafter model pair, and the gRPC
-//! daemon that serves it. The engine arrives with the CPU generation loop.
+//! daemon that serves it.
+//!
+//! - [`sampling`]: turning logits into tokens.
+
+pub mod sampling;
