@@ -2,5 +2,7 @@
 //! daemon that serves it.
 //!
 //! - [`sampling`]: turning logits into tokens.
+//! - [`engine`]: prompt in, streamed text out: prefill, decode, stop conditions.
 
+pub mod engine;
 pub mod sampling;
