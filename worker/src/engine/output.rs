@@ -74,62 +74,66 @@ impl<'t> OutputTracker<'t> {
             return Ok(OutputStep::Finished { text: String::new(), reason: reason.clone() });
         }
         self.generated += 1;
-        if !self.ignore_eos && self.special.is_end_of_generation(token) {
-            return self.end(FinishReason::Stop);
-        }
-        let Some(decoder) = self.decoder.as_mut() else {
-            return self.end(FinishReason::Stop);
-        };
-        if let Some(piece) = decoder.step(token)? {
-            match self.stops.push(&piece) {
-                StopScan::Text(text) if self.generated < self.max_tokens => {
-                    return Ok(OutputStep::Continue(text));
-                }
-                StopScan::Text(text) => return self.end_after(text, FinishReason::Length),
-                StopScan::Stopped { before, stop } => {
-                    self.decoder = None;
-                    return Ok(self.finish(before, FinishReason::StopString(stop)));
-                }
+        let piece = match self.decoder.as_mut() {
+            Some(_) if !self.ignore_eos && self.special.is_end_of_generation(token) => {
+                return self.finished_step(String::new(), FinishReason::Stop);
             }
-        }
+            Some(decoder) => decoder.step(token)?,
+            None => None,
+        };
+        let text = match piece.map(|piece| self.stops.push(&piece)) {
+            Some(StopScan::Stopped { before, stop }) => {
+                self.decoder = None;
+                self.finished = Some(FinishReason::StopString(stop.clone()));
+                return Ok(OutputStep::Finished { text: before, reason: FinishReason::StopString(stop) });
+            }
+            Some(StopScan::Text(text)) => text,
+            None => String::new(),
+        };
         if self.generated < self.max_tokens {
-            Ok(OutputStep::Continue(String::new()))
+            Ok(OutputStep::Continue(text))
         } else {
-            self.end(FinishReason::Length)
+            self.finished_step(text, FinishReason::Length)
         }
     }
 
-    /// Ends the generation for a reason decided outside (a full context window): flushes what
-    /// is held back, which may still reach a stop string.
-    pub fn end(&mut self, reason: FinishReason) -> Result<OutputStep, TokenizerError> {
+    /// Ends the generation for a reason decided outside (a full context window). Returns the
+    /// text still held back and the reason, which is a stop string if the held text reaches one.
+    pub fn end(&mut self, reason: FinishReason) -> Result<(String, FinishReason), TokenizerError> {
         self.end_after(String::new(), reason)
     }
 
+    fn finished_step(&mut self, text: String, reason: FinishReason) -> Result<OutputStep, TokenizerError> {
+        let (text, reason) = self.end_after(text, reason)?;
+        Ok(OutputStep::Finished { text, reason })
+    }
+
     /// Ends after `text`, flushing the decoder and the stop-string watcher behind it.
-    fn end_after(&mut self, mut text: String, reason: FinishReason) -> Result<OutputStep, TokenizerError> {
+    fn end_after(
+        &mut self,
+        mut text: String,
+        reason: FinishReason,
+    ) -> Result<(String, FinishReason), TokenizerError> {
         if let Some(reason) = &self.finished {
-            return Ok(OutputStep::Finished { text, reason: reason.clone() });
+            return Ok((text, reason.clone()));
         }
         let tail = match self.decoder.take() {
             Some(decoder) => decoder.finish()?.unwrap_or_default(),
             None => String::new(),
         };
-        match self.stops.push(&tail) {
+        let reason = match self.stops.push(&tail) {
             StopScan::Text(flushed) => {
                 text.push_str(&flushed);
                 text.push_str(&self.stops.finish());
-                Ok(self.finish(text, reason))
+                reason
             }
             StopScan::Stopped { before, stop } => {
                 text.push_str(&before);
-                Ok(self.finish(text, FinishReason::StopString(stop)))
+                FinishReason::StopString(stop)
             }
-        }
-    }
-
-    fn finish(&mut self, text: String, reason: FinishReason) -> OutputStep {
+        };
         self.finished = Some(reason.clone());
-        OutputStep::Finished { text, reason }
+        Ok((text, reason))
     }
 }
 
@@ -169,10 +173,7 @@ mod tests {
         let mut tracker = OutputTracker::new(&tokenizer, &StopConditions::max_tokens(1000));
         let (text, reason) = follow(&mut tracker, &ids);
         assert_eq!(reason, None);
-        let (rest, reason) = match tracker.end(FinishReason::ContextFull).unwrap() {
-            OutputStep::Finished { text, reason } => (text, reason),
-            other => panic!("{other:?}"),
-        };
+        let (rest, reason) = tracker.end(FinishReason::ContextFull).unwrap();
         assert_eq!(text + &rest, TEXT);
         assert_eq!(reason, FinishReason::ContextFull);
     }

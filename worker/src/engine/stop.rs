@@ -17,6 +17,8 @@ pub enum FinishReason {
     Length,
     /// The sequence filled the model's context window (or the KV cache reserved for it).
     ContextFull,
+    /// The caller stopped listening (a client went away).
+    Cancelled,
 }
 
 impl fmt::Display for FinishReason {
@@ -26,6 +28,7 @@ impl fmt::Display for FinishReason {
             Self::StopString(stop) => write!(f, "stop string {stop:?}"),
             Self::Length => f.write_str("length"),
             Self::ContextFull => f.write_str("context full"),
+            Self::Cancelled => f.write_str("cancelled"),
         }
     }
 }
