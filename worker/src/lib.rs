@@ -3,6 +3,8 @@
 //!
 //! - [`sampling`]: turning logits into tokens.
 //! - [`engine`]: prompt in, streamed text out: prefill, decode, stop conditions.
+//! - [`bench`]: prefill, decode and forward-pass throughput of a model.
 
+pub mod bench;
 pub mod engine;
 pub mod sampling;
