@@ -9,6 +9,7 @@ mod error;
 mod generate;
 mod model;
 mod output;
+mod qwen3;
 mod stop;
 #[cfg(test)]
 mod tests;
@@ -17,4 +18,5 @@ pub use error::EngineError;
 pub use generate::{DEFAULT_PREFILL_CHUNK, GenerateRequest, Generation, Timing, TokenEvent, generate};
 pub use model::{CausalLm, SequenceChunk};
 pub use output::{OutputStep, OutputTracker, StopConditions};
+pub use qwen3::{KV_BLOCK_SIZE, Qwen3Lm, Qwen3LmOptions};
 pub use stop::{FinishReason, StopScan, StopStrings};
