@@ -99,9 +99,18 @@ pub fn run_bench<M: CausalLm>(model: &mut M, config: &BenchConfig) -> Result<Ben
         return Err(EngineError::ZeroPrefillChunk);
     }
     let max = model.max_sequence_len();
-    let mut bench =
-        Bench { model, logits: Vec::new(), warmup: config.warmup, repetitions: config.repetitions };
-    bench.logits.resize(bench.model.vocab_size(), 0.0);
+    let vocab_size = model.vocab_size();
+    let longest_prompt = config.prefill_sizes.iter().chain(&config.forward_sizes).copied().max().unwrap_or(0);
+    // Ids spread over the vocabulary, made once so that timed runs do not allocate.
+    let prompt =
+        (0..longest_prompt.min(max)).map(|i| (i.wrapping_mul(7919) % vocab_size.max(1)) as u32).collect();
+    let mut bench = Bench {
+        model,
+        logits: vec![0.0; vocab_size],
+        prompt,
+        warmup: config.warmup,
+        repetitions: config.repetitions,
+    };
     let mut report = BenchReport::default();
     let planned = config
         .prefill_sizes
@@ -136,6 +145,7 @@ pub struct BenchReport {
 struct Bench<'m, M> {
     model: &'m mut M,
     logits: Vec<f32>,
+    prompt: Vec<u32>,
     warmup: usize,
     repetitions: usize,
 }
@@ -157,14 +167,17 @@ impl<M: CausalLm> Bench<'_, M> {
         Ok(runs)
     }
 
-    /// A prompt of `tokens` ids spread over the vocabulary, in chunks of `chunk`.
+    /// The first `tokens` ids of the benchmark prompt, in chunks of `chunk`.
     fn prefill(&mut self, tokens: usize, chunk: usize) -> Result<(), EngineError> {
-        let vocab = self.model.vocab_size().max(1);
-        let prompt: Vec<u32> = (0..tokens).map(|i| (i.wrapping_mul(7919) % vocab) as u32).collect();
-        for (index, piece) in prompt.chunks(chunk).enumerate() {
-            let n_past = index * chunk;
-            let want_logits = n_past + piece.len() == tokens;
-            self.forward(n_past, piece, want_logits)?;
+        for start in (0..tokens).step_by(chunk) {
+            let end = (start + chunk).min(tokens);
+            let batch = [SequenceChunk {
+                sequence: 0,
+                n_past: start,
+                tokens: &self.prompt[start..end],
+                want_logits: end == tokens,
+            }];
+            self.model.forward(&batch, &mut self.logits).map_err(|err| EngineError::Model(Box::new(err)))?;
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! one token per step, sampled by a [`crate::sampling::Sampler`] and turned into text by an
 //! [`OutputTracker`] that also applies the stop conditions. Forward passes take a batch of
 //! [`SequenceChunk`]s, so continuous batching can later put several sequences in one step.
+//! [`Qwen3Lm`] puts a Qwen3 model and its paged KV cache behind [`CausalLm`].
 
 mod error;
 mod generate;
