@@ -1,5 +1,8 @@
 //! The `canopy` command-line tool.
 
+mod backend;
+mod bench;
+mod generate;
 mod inspect;
 mod synth;
 mod tokenize;
@@ -24,6 +27,10 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Write a random-weight GGUF model with the tensors and metadata of a real one.
     Synth(synth::Args),
+    /// Continue a prompt (or answer it as a chat) and stream the text.
+    Generate(generate::Args),
+    /// Measure prefill, decode and forward-pass speed, like llama-bench.
+    Bench(bench::Args),
 }
 
 /// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
@@ -35,6 +42,8 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args),
         Command::Tokenize(args) => tokenize::run(&args),
         Command::Synth(args) => synth::run(&args),
+        Command::Generate(args) => generate::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

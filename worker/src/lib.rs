@@ -1,2 +1,10 @@
 //! The canopy worker: the engine that owns one GPU and one target + drafter model pair, and the gRPC
-//! daemon that serves it. The engine arrives with the CPU generation loop.
+//! daemon that serves it.
+//!
+//! - [`sampling`]: turning logits into tokens.
+//! - [`engine`]: prompt in, streamed text out: prefill, decode, stop conditions.
+//! - [`bench`]: prefill, decode and forward-pass throughput of a model.
+
+pub mod bench;
+pub mod engine;
+pub mod sampling;

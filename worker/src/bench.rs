@@ -1,0 +1,280 @@
+//! Model throughput measurements in the manner of llama-bench: prefill, decode, and the latency
+//! of single forward passes of the sizes a speculative verify step uses.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::{CausalLm, EngineError, SequenceChunk};
+
+/// What to measure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BenchConfig {
+    /// Prompt lengths to prefill from an empty cache ("pp" runs).
+    pub prefill_sizes: Vec<usize>,
+    /// Prompt tokens per prefill forward pass.
+    pub prefill_chunk: usize,
+    /// Tokens to decode one at a time from an empty cache ("tg" run); 0 skips it.
+    pub decode_tokens: usize,
+    /// Batch sizes of single forward passes from an empty cache ("fwd" runs).
+    pub forward_sizes: Vec<usize>,
+    /// Timed runs of each measurement; the median is reported.
+    pub repetitions: usize,
+    /// Untimed runs before the timed ones.
+    pub warmup: usize,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            prefill_sizes: vec![512],
+            prefill_chunk: 512,
+            decode_tokens: 128,
+            forward_sizes: vec![1, 8, 16, 23, 32, 64],
+            repetitions: 5,
+            warmup: 1,
+        }
+    }
+}
+
+/// The kind of a measurement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchKind {
+    /// Prefill of a prompt from an empty cache.
+    Prefill,
+    /// Token-by-token decoding from an empty cache.
+    Decode,
+    /// One forward pass of a batch of tokens from an empty cache.
+    Forward,
+}
+
+impl BenchKind {
+    /// The llama-bench style prefix of the test name.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::Prefill => "pp",
+            Self::Decode => "tg",
+            Self::Forward => "fwd",
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchResult {
+    /// What was measured.
+    pub kind: BenchKind,
+    /// Tokens per run.
+    pub tokens: usize,
+    /// Every timed run, in order.
+    pub runs: Vec<Duration>,
+}
+
+impl BenchResult {
+    /// The llama-bench style name: `pp512`, `tg128`, `fwd23`.
+    pub fn name(&self) -> String {
+        format!("{}{}", self.kind.prefix(), self.tokens)
+    }
+
+    /// The median run time.
+    pub fn median(&self) -> Duration {
+        let mut runs = self.runs.clone();
+        runs.sort_unstable();
+        match runs.len() {
+            0 => Duration::ZERO,
+            n if n % 2 == 1 => runs[n / 2],
+            n => (runs[n / 2 - 1] + runs[n / 2]) / 2,
+        }
+    }
+
+    /// Tokens per second at the median run time.
+    pub fn tokens_per_second(&self) -> f64 {
+        let seconds = self.median().as_secs_f64();
+        if seconds > 0.0 { self.tokens as f64 / seconds } else { 0.0 }
+    }
+}
+
+/// Measures `config` on sequence 0 of `model`'s cache. Sizes beyond the model's sequence limit
+/// are skipped and returned separately.
+pub fn run_bench<M: CausalLm>(model: &mut M, config: &BenchConfig) -> Result<BenchReport, EngineError> {
+    if config.prefill_chunk == 0 {
+        return Err(EngineError::ZeroPrefillChunk);
+    }
+    let max = model.max_sequence_len();
+    let vocab_size = model.vocab_size();
+    let longest_prompt = config.prefill_sizes.iter().chain(&config.forward_sizes).copied().max().unwrap_or(0);
+    // Ids spread over the vocabulary, made once so that timed runs do not allocate.
+    let prompt =
+        (0..longest_prompt.min(max)).map(|i| (i.wrapping_mul(7919) % vocab_size.max(1)) as u32).collect();
+    let mut bench = Bench {
+        model,
+        logits: vec![0.0; vocab_size],
+        prompt,
+        warmup: config.warmup,
+        repetitions: config.repetitions,
+    };
+    let mut report = BenchReport::default();
+    let planned = config
+        .prefill_sizes
+        .iter()
+        .map(|&n| (BenchKind::Prefill, n))
+        .chain((config.decode_tokens > 0).then_some((BenchKind::Decode, config.decode_tokens)))
+        .chain(config.forward_sizes.iter().map(|&n| (BenchKind::Forward, n)));
+    for (kind, tokens) in planned {
+        if tokens == 0 || tokens > max {
+            report.skipped.push((kind, tokens));
+            continue;
+        }
+        let runs = bench.measure(|bench| match kind {
+            BenchKind::Prefill => bench.prefill(tokens, config.prefill_chunk),
+            BenchKind::Decode => bench.decode(tokens),
+            BenchKind::Forward => bench.prefill(tokens, tokens),
+        })?;
+        report.results.push(BenchResult { kind, tokens, runs });
+    }
+    Ok(report)
+}
+
+/// The measurements of one benchmark run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BenchReport {
+    /// The measurements, in the order they ran.
+    pub results: Vec<BenchResult>,
+    /// Measurements left out because their size was 0 or beyond the model's sequence limit.
+    pub skipped: Vec<(BenchKind, usize)>,
+}
+
+struct Bench<'m, M> {
+    model: &'m mut M,
+    logits: Vec<f32>,
+    prompt: Vec<u32>,
+    warmup: usize,
+    repetitions: usize,
+}
+
+impl<M: CausalLm> Bench<'_, M> {
+    fn measure(
+        &mut self,
+        mut run: impl FnMut(&mut Self) -> Result<(), EngineError>,
+    ) -> Result<Vec<Duration>, EngineError> {
+        for _ in 0..self.warmup {
+            run(self)?;
+        }
+        let mut runs = Vec::with_capacity(self.repetitions);
+        for _ in 0..self.repetitions {
+            let start = Instant::now();
+            run(self)?;
+            runs.push(start.elapsed());
+        }
+        Ok(runs)
+    }
+
+    /// The first `tokens` ids of the benchmark prompt, in chunks of `chunk`.
+    fn prefill(&mut self, tokens: usize, chunk: usize) -> Result<(), EngineError> {
+        for start in (0..tokens).step_by(chunk) {
+            let end = (start + chunk).min(tokens);
+            let batch = [SequenceChunk {
+                sequence: 0,
+                n_past: start,
+                tokens: &self.prompt[start..end],
+                want_logits: end == tokens,
+            }];
+            self.model.forward(&batch, &mut self.logits).map_err(|err| EngineError::Model(Box::new(err)))?;
+        }
+        Ok(())
+    }
+
+    /// `tokens` single-token steps, each feeding back the argmax of the previous step.
+    fn decode(&mut self, tokens: usize) -> Result<(), EngineError> {
+        let mut token = 0;
+        for position in 0..tokens {
+            self.forward(position, &[token], true)?;
+            token = argmax(&self.logits);
+        }
+        Ok(())
+    }
+
+    fn forward(&mut self, n_past: usize, tokens: &[u32], want_logits: bool) -> Result<(), EngineError> {
+        let batch = [SequenceChunk { sequence: 0, n_past, tokens, want_logits }];
+        self.model.forward(&batch, &mut self.logits).map_err(|err| EngineError::Model(Box::new(err)))
+    }
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (id, &logit) in logits.iter().enumerate() {
+        if logit > logits[best] {
+            best = id;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records forward passes; its logits favour `last token + 1`.
+    struct Recorder {
+        max_len: usize,
+        calls: Vec<(usize, Vec<u32>, bool)>,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("never fails")]
+    struct NeverFails;
+
+    impl CausalLm for Recorder {
+        type Error = NeverFails;
+        fn vocab_size(&self) -> usize {
+            100
+        }
+        fn max_sequence_len(&self) -> usize {
+            self.max_len
+        }
+        fn forward(&mut self, batch: &[SequenceChunk<'_>], logits: &mut [f32]) -> Result<(), NeverFails> {
+            let chunk = batch[0];
+            self.calls.push((chunk.n_past, chunk.tokens.to_vec(), chunk.want_logits));
+            let next = (*chunk.tokens.last().unwrap() as usize + 1) % 100;
+            logits.iter_mut().enumerate().for_each(|(id, l)| *l = if id == next { 1.0 } else { 0.0 });
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_measurement_runs_warmup_plus_repetitions() {
+        let mut model = Recorder { max_len: 64, calls: Vec::new() };
+        let config = BenchConfig {
+            prefill_sizes: vec![10, 100],
+            prefill_chunk: 4,
+            decode_tokens: 3,
+            forward_sizes: vec![2, 5],
+            repetitions: 3,
+            warmup: 1,
+        };
+        let report = run_bench(&mut model, &config).unwrap();
+        let names: Vec<String> = report.results.iter().map(BenchResult::name).collect();
+        assert_eq!(names, ["pp10", "tg3", "fwd2", "fwd5"]);
+        assert_eq!(report.skipped, vec![(BenchKind::Prefill, 100)]);
+        assert!(report.results.iter().all(|r| r.runs.len() == 3));
+        // pp10 in chunks of 4: 3 passes; tg3: 3 passes; fwd: 1 pass each; 4 runs of each.
+        assert_eq!(model.calls.len(), 4 * (3 + 3 + 1 + 1));
+        let prefill: Vec<(usize, usize, bool)> =
+            model.calls[..3].iter().map(|(n, t, w)| (*n, t.len(), *w)).collect();
+        assert_eq!(prefill, [(0, 4, false), (4, 4, false), (8, 2, true)]);
+        // Decoding feeds back the argmax: 0, then 1, then 2, at positions 0, 1, 2.
+        let decode_start = 4 * 3;
+        let decode: Vec<(usize, Vec<u32>)> =
+            model.calls[decode_start..decode_start + 3].iter().map(|(n, t, _)| (*n, t.clone())).collect();
+        assert_eq!(decode, [(0, vec![0]), (1, vec![1]), (2, vec![2])]);
+    }
+
+    #[test]
+    fn the_median_and_rate_come_from_the_runs() {
+        let millis = |ms: &[u64]| ms.iter().map(|&m| Duration::from_millis(m)).collect();
+        let odd = BenchResult { kind: BenchKind::Prefill, tokens: 100, runs: millis(&[30, 10, 20]) };
+        assert_eq!(odd.median(), Duration::from_millis(20));
+        assert!((odd.tokens_per_second() - 5000.0).abs() < 1e-6);
+        let even = BenchResult { kind: BenchKind::Decode, tokens: 8, runs: millis(&[40, 10, 20, 30]) };
+        assert_eq!(even.median(), Duration::from_millis(25));
+        assert_eq!(even.name(), "tg8");
+    }
+}

@@ -1,0 +1,32 @@
+//! What the engine needs from a model: batched forward passes over new tokens of sequences whose
+//! earlier tokens sit in the model's KV cache.
+
+/// New tokens of one sequence in a batched forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SequenceChunk<'a> {
+    /// Which sequence (a slot of the model's KV cache).
+    pub sequence: usize,
+    /// Positions of this sequence already in the cache; the new tokens follow them. A value
+    /// below what the cache holds drops the positions from there on (a fresh sequence is 0).
+    pub n_past: usize,
+    /// The new tokens.
+    pub tokens: &'a [u32],
+    /// Whether to produce the logits of the last new token.
+    pub want_logits: bool,
+}
+
+/// A causal language model with its KV cache, driven by the engine.
+pub trait CausalLm {
+    /// What a forward pass can fail with.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Length of one row of logits.
+    fn vocab_size(&self) -> usize;
+
+    /// The most positions one sequence may hold (the context window or the cache's capacity).
+    fn max_sequence_len(&self) -> usize;
+
+    /// Runs the new tokens of every chunk, stores their keys and values, and writes one row of
+    /// `vocab_size` logits per chunk that wants them, in batch order, to the front of `logits`.
+    fn forward(&mut self, batch: &[SequenceChunk<'_>], logits: &mut [f32]) -> Result<(), Self::Error>;
+}
