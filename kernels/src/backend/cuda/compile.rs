@@ -115,7 +115,7 @@ fn find_include_dirs() -> Result<Vec<PathBuf>, CudaError> {
 fn candidate_include_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
         .iter()
-        .filter_map(|var| std::env::var_os(var))
+        .filter_map(std::env::var_os)
         .map(|root| Path::new(&root).join("include"))
         .collect();
     dirs.push(PathBuf::from("/usr/local/cuda/include"));
