@@ -4,8 +4,9 @@
 //! `max |cuda - cpu| / max(1, max |cpu|)`. Tolerances: exact (0) for pure data movement and for
 //! embedding lookups, which decode identically; 2e-5 for matmul of every format (same decoded
 //! values, different summation order over up to 1024 terms); 1e-5 for norms and attention;
-//! 2e-6 for elementwise ops and softmax (expf within 2 ulp); 2e-3 for RoPE at positions up to
-//! 4096 (an ulp of difference in `theta^x` turns into up to 4096 ulps of angle).
+//! 2e-6 for elementwise ops and softmax (expf within 2 ulp); 1e-4 for RoPE at positions up to
+//! 4096 (an ulp of difference in `theta^x` turns into up to 4096 ulps of angle; 3.5e-6 measured
+//! on an H200).
 //!
 //! Without a CUDA driver or device every test prints "skipped: no CUDA device" and passes, unless
 //! `CANOPY_REQUIRE_CUDA=1`.
@@ -215,7 +216,7 @@ fn rope_matches_cpu_for_both_styles_and_partial_rotation() {
             gpu.rope(&mut gpu_x, &gpu.upload_index(&positions).unwrap(), n_rows, &params).unwrap();
             let n = x.len();
             let label = format!("rope {style:?} rotary {rotary_dim}/128");
-            check(&label, &fetch(gpu, &gpu_x, n), &fetch(&cpu, &cpu_x, n), 2e-3);
+            check(&label, &fetch(gpu, &gpu_x, n), &fetch(&cpu, &cpu_x, n), 1e-4);
         }
     }
 }
