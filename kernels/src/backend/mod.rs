@@ -18,6 +18,7 @@
 
 mod attention;
 pub mod cpu;
+pub mod cuda;
 mod error;
 mod rope;
 mod shape;

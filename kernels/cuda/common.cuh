@@ -1,0 +1,79 @@
+// Shared by every kernel file: integer types, half conversions, warp and block reductions.
+// Prepended to each source before compilation, so it carries no include guard of its own.
+#include <cuda_fp16.h>
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
+
+// NVRTC has no <math.h>.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+__device__ __forceinline__ float f16_bits_to_f32(u16 bits) {
+    return __half2float(__ushort_as_half(bits));
+}
+
+// bf16 is the top half of an f32.
+__device__ __forceinline__ float bf16_bits_to_f32(u16 bits) {
+    return __uint_as_float(((u32)bits) << 16);
+}
+
+__device__ __forceinline__ u16 load_u16(const u8 *p) {
+    return (u16)p[0] | ((u16)p[1] << 8);
+}
+
+// The value a logit is ordered and summed by: NaN counts as -inf.
+__device__ __forceinline__ float ordering_key(float v) {
+    return isnan(v) ? -INFINITY : v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        v += __shfl_xor_sync(FULL_MASK, v, offset);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    }
+    return v;
+}
+
+// Block-wide sum, returned to every thread. blockDim.x must be a multiple of 32.
+__device__ float block_sum(float v) {
+    __shared__ float partial[WARP_SIZE];
+    v = warp_sum(v);
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    // A previous call may still be reading `partial`.
+    __syncthreads();
+    if (lane == 0) {
+        partial[warp] = v;
+    }
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP_SIZE;
+    return warp_sum(lane < n_warps ? partial[lane] : 0.0f);
+}
+
+// Block-wide maximum, returned to every thread. blockDim.x must be a multiple of 32.
+__device__ float block_max(float v) {
+    __shared__ float partial[WARP_SIZE];
+    v = warp_max(v);
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    __syncthreads();
+    if (lane == 0) {
+        partial[warp] = v;
+    }
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP_SIZE;
+    return warp_max(lane < n_warps ? partial[lane] : -INFINITY);
+}

@@ -1,0 +1,105 @@
+// Decoding of GGUF block formats in chunks of consecutive elements, shared by embed and matmul.
+// A chunk never straddles a scale, so each decodes with one scale (and min) lookup.
+
+#define FMT_F32 0
+#define FMT_F16 1
+#define FMT_BF16 2
+#define FMT_Q8_0 3
+#define FMT_Q4_K 4
+#define FMT_Q6_K 5
+
+#define QK8_0 32
+#define Q8_0_BYTES 34
+#define QK_K 256
+#define Q4_K_BYTES 144
+#define Q6_K_BYTES 210
+
+template <int FMT> struct Format;
+
+template <> struct Format<FMT_F32> {
+    static const int CHUNK = 1;
+    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+        out[0] = ((const float *)row)[chunk];
+    }
+};
+
+template <> struct Format<FMT_F16> {
+    static const int CHUNK = 1;
+    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+        out[0] = f16_bits_to_f32(((const u16 *)row)[chunk]);
+    }
+};
+
+template <> struct Format<FMT_BF16> {
+    static const int CHUNK = 1;
+    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+        out[0] = bf16_bits_to_f32(((const u16 *)row)[chunk]);
+    }
+};
+
+// Q8_0: blocks of 32 as f16 d then 32 signed bytes; element = d * q.
+template <> struct Format<FMT_Q8_0> {
+    static const int CHUNK = 8;
+    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+        const u8 *block = row + (size_t)(chunk / 4) * Q8_0_BYTES;
+        const float d = f16_bits_to_f32(load_u16(block));
+        const signed char *q = (const signed char *)(block + 2) + (chunk % 4) * CHUNK;
+#pragma unroll
+        for (int i = 0; i < CHUNK; ++i) {
+            out[i] = d * (float)q[i];
+        }
+    }
+};
+
+// Q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles.
+// Sub-blocks 2k and 2k+1 (32 elements each) share bytes 32k..32k+32: low nibbles, then high.
+template <> struct Format<FMT_Q4_K> {
+    static const int CHUNK = 16;
+    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+        const u8 *block = row + (size_t)(chunk / 16) * Q4_K_BYTES;
+        const int element = (chunk % 16) * CHUNK;
+        const int sub = element / 32;
+        const u8 *packed = block + 4;
+        int scale, min;
+        if (sub < 4) {
+            scale = packed[sub] & 63;
+            min = packed[sub + 4] & 63;
+        } else {
+            scale = (packed[sub + 4] & 0x0f) | ((packed[sub - 4] >> 6) << 4);
+            min = (packed[sub + 4] >> 4) | ((packed[sub] >> 6) << 4);
+        }
+        const float d = f16_bits_to_f32(load_u16(block)) * (float)scale;
+        const float m = f16_bits_to_f32(load_u16(block + 2)) * (float)min;
+        const u8 *qs = block + 16 + (element / 64) * 32 + element % 32;
+        const int shift = (sub % 2) * 4;
+#pragma unroll
+        for (int i = 0; i < CHUNK; ++i) {
+            out[i] = d * (float)((qs[i] >> shift) & 0x0f) - m;
+        }
+    }
+};
+
+// Q6_K: 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 signed scales, f16 d.
+// Element e = 128h + 32j + l (half h, quarter j) takes the low or high nibble of
+// ql[64h + l + 32(j % 2)] (high for j >= 2) and bits 2j..2j+2 of qh[32h + l]; scale e / 16.
+template <> struct Format<FMT_Q6_K> {
+    static const int CHUNK = 16;
+    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+        const u8 *block = row + (size_t)(chunk / 16) * Q6_K_BYTES;
+        const int element = (chunk % 16) * CHUNK;
+        const int half_index = element / 128;
+        const int quarter = (element % 128) / 32;
+        const int l0 = element % 32;
+        const u8 *ql = block + 64 * half_index + 32 * (quarter % 2) + l0;
+        const u8 *qh = block + 128 + 32 * half_index + l0;
+        const signed char scale = ((const signed char *)(block + 192))[element / 16];
+        const float d = f16_bits_to_f32(load_u16(block + 208)) * (float)scale;
+        const int nibble_shift = (quarter / 2) * 4;
+        const int high_shift = 2 * quarter;
+#pragma unroll
+        for (int i = 0; i < CHUNK; ++i) {
+            const int q = ((ql[i] >> nibble_shift) & 0x0f) | (((qh[i] >> high_shift) & 3) << 4);
+            out[i] = d * (float)(q - 32);
+        }
+    }
+};

@@ -1,0 +1,65 @@
+// Row movement: embedding lookup (decoding the table's block format), row gathers, and KV pool
+// writes and compaction. Out-of-range indices are skipped: nothing is read or written for them.
+
+#define EMBED_THREADS 256
+
+// One block per output row.
+template <int FMT>
+__device__ void embed(const u8 *table, size_t row_bytes, u32 table_rows, u32 cols, const u32 *ids,
+                      float *out) {
+    typedef Format<FMT> F;
+    const u32 id = ids[blockIdx.x];
+    if (id >= table_rows) {
+        return;
+    }
+    const u8 *row = table + (size_t)id * row_bytes;
+    float *dst = out + (size_t)blockIdx.x * cols;
+    for (u32 chunk = threadIdx.x; chunk < cols / F::CHUNK; chunk += blockDim.x) {
+        float values[F::CHUNK];
+        F::decode(row, chunk, values);
+#pragma unroll
+        for (int i = 0; i < F::CHUNK; ++i) {
+            dst[(size_t)chunk * F::CHUNK + i] = values[i];
+        }
+    }
+}
+
+#define EMBED_KERNEL(NAME, FMT)                                                                    \
+    extern "C" __global__ void NAME(const u8 *table, size_t row_bytes, u32 table_rows, u32 cols,    \
+                                    const u32 *ids, float *out) {                                  \
+        embed<FMT>(table, row_bytes, table_rows, cols, ids, out);                                  \
+    }
+
+EMBED_KERNEL(embed_f32, FMT_F32)
+EMBED_KERNEL(embed_f16, FMT_F16)
+EMBED_KERNEL(embed_bf16, FMT_BF16)
+EMBED_KERNEL(embed_q8_0, FMT_Q8_0)
+EMBED_KERNEL(embed_q4_k, FMT_Q4_K)
+EMBED_KERNEL(embed_q6_k, FMT_Q6_K)
+
+// dst row i = src row index[i], one thread per element; `total` = n_rows * row_len. Serves
+// gather_rows, and the first half of copy_kv (pool rows into a staging buffer).
+extern "C" __global__ void gather_rows(const float *src, u32 src_rows, const u32 *index, u32 row_len,
+                                       size_t total, float *dst) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) {
+        return;
+    }
+    const u32 src_row = index[i / row_len];
+    if (src_row < src_rows) {
+        dst[i] = src[(size_t)src_row * row_len + i % row_len];
+    }
+}
+
+// dst row index[i] = src row i, one thread per element: write_kv, and the second half of copy_kv.
+extern "C" __global__ void scatter_rows(const float *src, const u32 *index, u32 row_len, size_t total,
+                                        u32 dst_rows, float *dst) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) {
+        return;
+    }
+    const u32 dst_row = index[i / row_len];
+    if (dst_row < dst_rows) {
+        dst[(size_t)dst_row * row_len + i % row_len] = src[i];
+    }
+}

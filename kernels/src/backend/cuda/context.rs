@@ -1,0 +1,83 @@
+//! The device, its stream, and the kernels compiled for it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig};
+use cudarc::nvrtc::Ptx;
+
+use super::cache;
+use super::compile::Nvrtc;
+use super::error::CudaError;
+use super::sources::KERNEL_SOURCES;
+use crate::backend::BackendError;
+
+/// One CUDA device with every kernel loaded. All work goes to one stream, so ops run in
+/// submission order.
+pub(super) struct Device {
+    pub stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    /// The architecture the kernels were compiled for, `sm_XY`.
+    pub arch: String,
+}
+
+impl Device {
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        // SAFETY: only tries to open the library. Without this check, dynamic loading panics.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(CudaError::NoDriver);
+        }
+        let nvrtc = Nvrtc::load()?;
+        let context = CudaContext::new(ordinal)?;
+        // SAFETY: the backend uses one stream only, so buffers need no cross-stream events.
+        unsafe { context.disable_event_tracking() };
+        let (major, minor) = context.compute_capability()?;
+        let arch = format!("sm_{major}{minor}");
+        let mut functions = HashMap::new();
+        for source in KERNEL_SOURCES {
+            let module = context.load_module(Ptx::from_binary(cache::cubin(&nvrtc, source, &arch)?))?;
+            for &name in source.kernels {
+                functions.insert(name, module.load_function(name)?);
+            }
+        }
+        Ok(Self { stream: context.default_stream(), functions, arch })
+    }
+
+    /// The loaded kernel `name`.
+    pub fn function(&self, op: &'static str, name: &'static str) -> Result<&CudaFunction, BackendError> {
+        self.functions.get(name).ok_or_else(|| device_error(op, CudaError::MissingKernel(name)))
+    }
+}
+
+/// A failure of the device itself, reported through the trait's error type.
+///
+/// `BackendError` has no variant for device failures, so they travel as a shape error of the op
+/// with a detail that says what happened.
+pub(super) fn device_error(op: &'static str, error: impl std::fmt::Display) -> BackendError {
+    BackendError::Shape { op, detail: format!("CUDA device error: {error}") }
+}
+
+/// Maps driver errors of `op`.
+pub(super) fn driver(op: &'static str) -> impl Fn(DriverError) -> BackendError {
+    move |error| device_error(op, error)
+}
+
+/// `value` as a kernel's `u32` argument.
+pub(super) fn to_u32(op: &'static str, what: &str, value: usize) -> Result<u32, BackendError> {
+    u32::try_from(value).map_err(|_| BackendError::shape(op, format!("{what} = {value} exceeds u32")))
+}
+
+/// `blocks` blocks of `threads` threads.
+pub(super) fn grid(op: &'static str, blocks: usize, threads: u32) -> Result<LaunchConfig, BackendError> {
+    Ok(LaunchConfig {
+        grid_dim: (to_u32(op, "grid size", blocks)?, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+/// One thread per element of `total`, in blocks of 256.
+pub(super) fn per_element(op: &'static str, total: usize) -> Result<LaunchConfig, BackendError> {
+    const THREADS: u32 = 256;
+    grid(op, total.div_ceil(THREADS as usize), THREADS)
+}

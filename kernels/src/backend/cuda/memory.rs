@@ -1,0 +1,88 @@
+//! Device buffers of the CUDA backend.
+
+use cudarc::driver::CudaSlice;
+
+use crate::backend::{BackendError, DeviceArray, WeightMatrix};
+use crate::quant::GgmlType;
+
+/// A dense f32 array in device memory.
+#[derive(Debug)]
+pub struct CudaTensor {
+    pub(super) buf: CudaSlice<f32>,
+    /// The logical length: zero-length arrays hold a one-element allocation.
+    pub(super) len: usize,
+}
+
+/// A `u32` array in device memory.
+#[derive(Debug)]
+pub struct CudaIndex {
+    pub(super) buf: CudaSlice<u32>,
+    pub(super) len: usize,
+}
+
+/// A weight matrix in device memory, its GGUF bytes stored as they are.
+#[derive(Debug)]
+pub struct CudaWeight {
+    pub(super) ty: GgmlType,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    pub(super) row_bytes: usize,
+    pub(super) bytes: CudaSlice<u8>,
+}
+
+impl DeviceArray for CudaTensor {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl DeviceArray for CudaIndex {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl WeightMatrix for CudaWeight {
+    fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// The weight types the backend has kernels for.
+pub fn is_weight_supported(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 | GgmlType::Q8_0 | GgmlType::Q4K | GgmlType::Q6K
+    )
+}
+
+/// Checks an upload's type and size; returns the bytes per row.
+pub(super) fn weight_row_bytes(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    len: usize,
+) -> Result<usize, BackendError> {
+    const OP: &str = "upload_weight";
+    if !is_weight_supported(ty) {
+        return Err(BackendError::Unsupported { op: OP, ty });
+    }
+    let row_bytes = ty
+        .bytes_for(cols as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| BackendError::shape(OP, format!("{cols} columns are not whole {ty} blocks")))?;
+    let expected = rows.checked_mul(row_bytes);
+    if expected != Some(len) {
+        let detail = format!("{rows} rows of {cols} {ty} elements need {expected:?} bytes, got {len}");
+        return Err(BackendError::shape(OP, detail));
+    }
+    Ok(row_bytes)
+}

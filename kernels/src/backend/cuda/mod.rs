@@ -1,0 +1,249 @@
+//! The CUDA backend: kernels compiled at run time by NVRTC for the device's exact architecture.
+//!
+//! [`CudaBackend::new`] checks for the driver and NVRTC before touching either (cudarc's dynamic
+//! loading panics on a missing library) and returns a [`CudaError`] instead, so callers can fall
+//! back to the CPU backend. Kernel sources are the `.cu` files of `kernels/cuda/`, embedded in the
+//! binary and compiled to CUBIN on first use, cached on disk (see [`cache_dir`]).
+//!
+//! Weights stay in their GGUF block format on the device. Embedding and matmul support F32, F16,
+//! BF16, Q8_0, Q4_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
+//!
+//! Index arrays live on the device, so out-of-range ids, slots or rows are not reported as
+//! [`BackendError::Index`]: the kernels skip them and never read or write out of bounds.
+//! Failures of the device itself are reported as [`BackendError::Shape`] with a detail starting
+//! "CUDA device error", since the trait's error type has no variant for them.
+
+mod attention;
+mod cache;
+mod compile;
+mod context;
+mod elementwise;
+mod error;
+mod matmul;
+mod memory;
+mod norm;
+mod rope;
+mod rows;
+mod sampling;
+mod sources;
+mod transfer;
+
+pub use attention::MAX_HEAD_DIM;
+pub use cache::cache_dir;
+pub use compile::Nvrtc;
+pub use error::CudaError;
+pub use memory::{CudaIndex, CudaTensor, CudaWeight, is_weight_supported};
+pub use sampling::MAX_TOP_K;
+pub use sources::{KERNEL_SOURCES, KernelSource};
+
+use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
+use crate::quant::GgmlType;
+use context::Device;
+
+/// One CUDA device. Ops go to one stream in submission order; host-side results are complete
+/// when the call returns.
+pub struct CudaBackend {
+    device: Device,
+    name: String,
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` and loads every kernel, compiling those not in the cache.
+    pub fn new(ordinal: usize) -> Result<Self, CudaError> {
+        let device = Device::open(ordinal)?;
+        Ok(Self { device, name: format!("cuda:{ordinal}") })
+    }
+
+    /// The architecture the kernels were compiled for, `sm_XY`.
+    pub fn arch(&self) -> &str {
+        &self.device.arch
+    }
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("name", &self.name).field("arch", &self.device.arch).finish()
+    }
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Weight = CudaWeight;
+    type Index = CudaIndex;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn zeros(&self, len: usize) -> Result<CudaTensor, BackendError> {
+        transfer::zeros(&self.device, len)
+    }
+
+    fn upload(&self, data: &[f32]) -> Result<CudaTensor, BackendError> {
+        transfer::upload(&self.device, data)
+    }
+
+    fn download(&self, src: &CudaTensor, out: &mut [f32]) -> Result<(), BackendError> {
+        transfer::download(&self.device, src, out)
+    }
+
+    fn upload_index(&self, data: &[u32]) -> Result<CudaIndex, BackendError> {
+        transfer::upload_index(&self.device, data)
+    }
+
+    fn write_index(&self, dst: &mut CudaIndex, data: &[u32]) -> Result<(), BackendError> {
+        transfer::write_index(&self.device, dst, data)
+    }
+
+    fn upload_weight(
+        &self,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<CudaWeight, BackendError> {
+        transfer::upload_weight(&self.device, ty, rows, cols, bytes)
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.device.stream.synchronize().map_err(context::driver("synchronize"))
+    }
+
+    fn embed(
+        &self,
+        table: &CudaWeight,
+        ids: &CudaIndex,
+        n_rows: usize,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        rows::embed(&self.device, table, ids, n_rows, out)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CudaTensor,
+        weight: &CudaTensor,
+        n_rows: usize,
+        eps: f32,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        norm::rms_norm(&self.device, x, weight, n_rows, eps, out)
+    }
+
+    fn add_rms_norm(
+        &self,
+        residual: &mut CudaTensor,
+        delta: &CudaTensor,
+        weight: &CudaTensor,
+        n_rows: usize,
+        eps: f32,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        norm::add_rms_norm(&self.device, residual, delta, weight, n_rows, eps, out)
+    }
+
+    fn matmul(
+        &self,
+        x: &CudaTensor,
+        weight: &CudaWeight,
+        n_rows: usize,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        matmul::matmul(&self.device, x, weight, n_rows, out)
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaTensor,
+        positions: &CudaIndex,
+        n_rows: usize,
+        params: &RopeParams,
+    ) -> Result<(), BackendError> {
+        rope::rope(&self.device, x, positions, n_rows, params)
+    }
+
+    fn write_kv(
+        &self,
+        pool: &mut CudaTensor,
+        new: &CudaTensor,
+        slots: &CudaIndex,
+        n_rows: usize,
+        row_len: usize,
+    ) -> Result<(), BackendError> {
+        rows::write_kv(&self.device, pool, new, slots, n_rows, row_len)
+    }
+
+    fn copy_kv(
+        &self,
+        pool: &mut CudaTensor,
+        src_slots: &CudaIndex,
+        dst_slots: &CudaIndex,
+        n_rows: usize,
+        row_len: usize,
+    ) -> Result<(), BackendError> {
+        rows::copy_kv(&self.device, pool, src_slots, dst_slots, n_rows, row_len)
+    }
+
+    fn gather_rows(
+        &self,
+        src: &CudaTensor,
+        rows: &CudaIndex,
+        n_rows: usize,
+        row_len: usize,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        rows::gather_rows(&self.device, src, rows, n_rows, row_len, out)
+    }
+
+    fn attention(
+        &self,
+        q: &CudaTensor,
+        k_pool: &CudaTensor,
+        v_pool: &CudaTensor,
+        batch: &AttentionBatch<Self>,
+        params: &AttentionParams,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        attention::attention(&self.device, q, k_pool, v_pool, batch, params, out)
+    }
+
+    fn swiglu(
+        &self,
+        gate: &CudaTensor,
+        up: &CudaTensor,
+        len: usize,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        elementwise::swiglu(&self.device, gate, up, len, out)
+    }
+
+    fn add(&self, acc: &mut CudaTensor, x: &CudaTensor, len: usize) -> Result<(), BackendError> {
+        elementwise::add(&self.device, acc, x, len)
+    }
+
+    fn softmax_rows(&self, x: &mut CudaTensor, n_rows: usize, row_len: usize) -> Result<(), BackendError> {
+        sampling::softmax_rows(&self.device, x, n_rows, row_len)
+    }
+
+    fn argmax_rows(
+        &self,
+        x: &CudaTensor,
+        n_rows: usize,
+        row_len: usize,
+        out: &mut [u32],
+    ) -> Result<(), BackendError> {
+        sampling::argmax_rows(&self.device, x, n_rows, row_len, out)
+    }
+
+    fn top_k_rows(
+        &self,
+        logits: &CudaTensor,
+        n_rows: usize,
+        row_len: usize,
+        k: usize,
+        ids: &mut [u32],
+        log_probs: &mut [f32],
+    ) -> Result<(), BackendError> {
+        sampling::top_k_rows(&self.device, logits, n_rows, row_len, k, ids, log_probs)
+    }
+}

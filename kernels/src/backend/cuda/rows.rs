@@ -1,0 +1,156 @@
+//! Row movement: embedding lookup, row gathers, KV pool writes and compaction.
+//!
+//! Index arrays live on the device, so out-of-range entries are not reported: the kernels skip
+//! them and leave their destination rows untouched.
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::context::{Device, driver, grid, per_element, to_u32};
+use super::memory::{CudaIndex, CudaTensor, CudaWeight};
+use crate::backend::{BackendError, shape};
+use crate::quant::GgmlType;
+
+/// The kernel of `prefix` (`"embed"`, `"matvec"`) for weights of type `ty`.
+pub(super) fn format_kernel(
+    op: &'static str,
+    prefix: &str,
+    ty: GgmlType,
+) -> Result<&'static str, BackendError> {
+    let name = match (prefix, ty) {
+        ("embed", GgmlType::F32) => "embed_f32",
+        ("embed", GgmlType::F16) => "embed_f16",
+        ("embed", GgmlType::Bf16) => "embed_bf16",
+        ("embed", GgmlType::Q8_0) => "embed_q8_0",
+        ("embed", GgmlType::Q4K) => "embed_q4_k",
+        ("embed", GgmlType::Q6K) => "embed_q6_k",
+        ("matvec", GgmlType::F32) => "matvec_f32",
+        ("matvec", GgmlType::F16) => "matvec_f16",
+        ("matvec", GgmlType::Bf16) => "matvec_bf16",
+        ("matvec", GgmlType::Q8_0) => "matvec_q8_0",
+        ("matvec", GgmlType::Q4K) => "matvec_q4_k",
+        ("matvec", GgmlType::Q6K) => "matvec_q6_k",
+        _ => return Err(BackendError::Unsupported { op, ty }),
+    };
+    Ok(name)
+}
+
+pub(super) fn embed(
+    device: &Device,
+    table: &CudaWeight,
+    ids: &CudaIndex,
+    n_rows: usize,
+    out: &mut CudaTensor,
+) -> Result<(), BackendError> {
+    const OP: &str = "embed";
+    shape::embed(table, ids, n_rows, out)?;
+    if n_rows == 0 || table.cols == 0 {
+        return Ok(());
+    }
+    let kernel = format_kernel(OP, "embed", table.ty)?;
+    let row_bytes = table.row_bytes as u64;
+    let table_rows = to_u32(OP, "table rows", table.rows)?;
+    let cols = to_u32(OP, "cols", table.cols)?;
+    let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+    launch.arg(&table.bytes).arg(&row_bytes).arg(&table_rows).arg(&cols).arg(&ids.buf).arg(&mut out.buf);
+    // SAFETY: the shape check guarantees `n_rows` ids and output rows; ids are bounds-checked.
+    unsafe { launch.launch(grid(OP, n_rows, 256)?) }.map_err(driver(OP))?;
+    Ok(())
+}
+
+pub(super) fn gather_rows(
+    device: &Device,
+    src: &CudaTensor,
+    rows: &CudaIndex,
+    n_rows: usize,
+    row_len: usize,
+    out: &mut CudaTensor,
+) -> Result<(), BackendError> {
+    const OP: &str = "gather_rows";
+    let src_rows = shape::gather_rows(src, rows, n_rows, row_len, out)?;
+    gather(device, OP, &src.buf, src_rows, &rows.buf, n_rows, row_len, &mut out.buf)
+}
+
+pub(super) fn write_kv(
+    device: &Device,
+    pool: &mut CudaTensor,
+    new: &CudaTensor,
+    slots: &CudaIndex,
+    n_rows: usize,
+    row_len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "write_kv";
+    let pool_rows = shape::write_kv(pool, new, slots, n_rows, row_len)?;
+    scatter(device, OP, &new.buf, &slots.buf, n_rows, row_len, pool_rows, &mut pool.buf)
+}
+
+pub(super) fn copy_kv(
+    device: &Device,
+    pool: &mut CudaTensor,
+    src_slots: &CudaIndex,
+    dst_slots: &CudaIndex,
+    n_rows: usize,
+    row_len: usize,
+) -> Result<(), BackendError> {
+    const OP: &str = "copy_kv";
+    let pool_rows = shape::copy_kv(pool, src_slots, dst_slots, n_rows, row_len)?;
+    let staged_len = shape::elements(OP, n_rows, row_len)?;
+    if staged_len == 0 {
+        return Ok(());
+    }
+    // Every source row is staged before any destination is written, so they may overlap.
+    let mut staged = device.stream.alloc_zeros::<f32>(staged_len).map_err(driver(OP))?;
+    gather(device, OP, &pool.buf, pool_rows, &src_slots.buf, n_rows, row_len, &mut staged)?;
+    scatter(device, OP, &staged, &dst_slots.buf, n_rows, row_len, pool_rows, &mut pool.buf)
+}
+
+/// `dst` row `i` = `src` row `index[i]` for `i < n_rows`.
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    device: &Device,
+    op: &'static str,
+    src: &CudaSlice<f32>,
+    src_rows: usize,
+    index: &CudaSlice<u32>,
+    n_rows: usize,
+    row_len: usize,
+    dst: &mut CudaSlice<f32>,
+) -> Result<(), BackendError> {
+    let total = shape::elements(op, n_rows, row_len)?;
+    if total == 0 {
+        return Ok(());
+    }
+    let src_rows = to_u32(op, "source rows", src_rows)?;
+    let row_len_u32 = to_u32(op, "row_len", row_len)?;
+    let total_u64 = total as u64;
+    let mut launch = device.stream.launch_builder(device.function(op, "gather_rows")?);
+    launch.arg(src).arg(&src_rows).arg(index).arg(&row_len_u32).arg(&total_u64).arg(dst);
+    // SAFETY: the callers' shape checks size `index` and `dst`; source rows are bounds-checked.
+    unsafe { launch.launch(per_element(op, total)?) }.map_err(driver(op))?;
+    Ok(())
+}
+
+/// `dst` row `index[i]` = `src` row `i` for `i < n_rows`.
+#[allow(clippy::too_many_arguments)]
+fn scatter(
+    device: &Device,
+    op: &'static str,
+    src: &CudaSlice<f32>,
+    index: &CudaSlice<u32>,
+    n_rows: usize,
+    row_len: usize,
+    dst_rows: usize,
+    dst: &mut CudaSlice<f32>,
+) -> Result<(), BackendError> {
+    let total = shape::elements(op, n_rows, row_len)?;
+    if total == 0 {
+        return Ok(());
+    }
+    let dst_rows = to_u32(op, "destination rows", dst_rows)?;
+    let row_len_u32 = to_u32(op, "row_len", row_len)?;
+    let total_u64 = total as u64;
+    let mut launch = device.stream.launch_builder(device.function(op, "scatter_rows")?);
+    launch.arg(src).arg(index).arg(&row_len_u32).arg(&total_u64).arg(&dst_rows).arg(dst);
+    // SAFETY: the callers' shape checks size `src` and `index`; destination rows are bounds-checked.
+    unsafe { launch.launch(per_element(op, total)?) }.map_err(driver(op))?;
+    Ok(())
+}
