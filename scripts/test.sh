@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: prepares the Python oracles the tests compare against, then runs the
-# lints and every test of the workspace. Safe to run again; reuses the virtualenv.
+# The project's test command: prepares the Python oracles and the CUDA compiler the tests use,
+# then runs the lints and every test of the workspace. Safe to run again; reuses the virtualenv.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -14,6 +14,13 @@ fi
 # Oracle-backed tests skip when Python or its packages are missing; here they must run.
 export CANOPY_PYTHON="$venv/bin/python"
 export CANOPY_REQUIRE_ORACLE=1
+
+# NVRTC and the CUDA headers from the wheels: every .cu file must compile for sm_90. Tests that
+# need a GPU still skip on a machine without one.
+cuda_root=$("$venv/bin/python" -c 'import os, nvidia; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
+export LD_LIBRARY_PATH="$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CUDA_HOME="$cuda_root"
+export CANOPY_REQUIRE_NVRTC=1
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

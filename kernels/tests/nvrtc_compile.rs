@@ -1,7 +1,7 @@
 //! Compiles every CUDA kernel source for sm_90 with NVRTC; needs no GPU or driver.
 //!
 //! Skips when NVRTC or the CUDA headers are absent, unless `CANOPY_REQUIRE_NVRTC=1`
-//! (scripts/nvrtc-check.sh sets it after installing the NVRTC wheels).
+//! (scripts/test.sh sets it after installing the NVRTC wheels).
 
 use canopy_kernels::backend::cuda::{CudaError, KERNEL_SOURCES, Nvrtc};
 

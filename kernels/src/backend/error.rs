@@ -14,6 +14,9 @@ pub enum BackendError {
     /// The backend has no kernel for weights of this type.
     #[error("{op}: weights of type {ty} are not supported")]
     Unsupported { op: &'static str, ty: GgmlType },
+    /// The device failed while running `op` (a driver or launch error, out of device memory).
+    #[error("{op}: device error: {detail}")]
+    Device { op: &'static str, detail: String },
     /// A quant row kernel refused its arguments.
     #[error(transparent)]
     Quant(#[from] QuantError),

@@ -49,12 +49,9 @@ impl Device {
     }
 }
 
-/// A failure of the device itself, reported through the trait's error type.
-///
-/// `BackendError` has no variant for device failures, so they travel as a shape error of the op
-/// with a detail that says what happened.
+/// A failure of the device itself while running `op`.
 pub(super) fn device_error(op: &'static str, error: impl std::fmt::Display) -> BackendError {
-    BackendError::Shape { op, detail: format!("CUDA device error: {error}") }
+    BackendError::Device { op, detail: format!("CUDA: {error}") }
 }
 
 /// Maps driver errors of `op`.

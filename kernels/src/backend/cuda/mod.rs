@@ -10,8 +10,7 @@
 //!
 //! Index arrays live on the device, so out-of-range ids, slots or rows are not reported as
 //! [`BackendError::Index`]: the kernels skip them and never read or write out of bounds.
-//! Failures of the device itself are reported as [`BackendError::Shape`] with a detail starting
-//! "CUDA device error", since the trait's error type has no variant for them.
+//! Failures of the device itself are reported as [`BackendError::Device`].
 
 mod attention;
 mod cache;
