@@ -1,29 +1,81 @@
 //! The `--backend` choice of the commands that run a model, and loading a model onto it.
 
+use anyhow::Context;
 use canopy_kernels::backend::cpu::CpuBackend;
+use canopy_kernels::backend::cuda::CudaBackend;
 use canopy_models::arch::ArchError;
 use canopy_models::gguf::GgufFile;
-use canopy_worker::engine::{Qwen3Lm, Qwen3LmOptions};
+use canopy_worker::engine::{CausalLm, Qwen3Lm, Qwen3LmOptions, SequenceChunk};
 
 /// A compute backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
+    /// CUDA when a GPU and the CUDA libraries are present, else the CPU (with a note on stderr).
+    Auto,
     /// The reference CPU backend (rayon).
     Cpu,
+    /// The first CUDA device; kernels are compiled by NVRTC at start and cached on disk.
+    Cuda,
+}
+
+/// A model loaded onto the backend chosen at run time (boxed: the variants differ in size).
+pub enum LoadedModel {
+    Cpu(Box<Qwen3Lm<CpuBackend>>),
+    Cuda(Box<Qwen3Lm<CudaBackend>>),
 }
 
 impl BackendKind {
-    /// The name shown in reports.
-    pub fn name(self) -> &'static str {
+    /// Loads a Qwen3 model from `file` onto this backend.
+    pub fn load(self, file: &GgufFile, options: Qwen3LmOptions) -> anyhow::Result<LoadedModel> {
+        let cuda = match self {
+            Self::Cpu => None,
+            Self::Cuda => Some(CudaBackend::new(0).context("opening CUDA device 0")?),
+            Self::Auto => match CudaBackend::new(0) {
+                Ok(backend) => Some(backend),
+                Err(error) => {
+                    eprintln!("canopy: using the CPU backend: {error}");
+                    None
+                }
+            },
+        };
+        Ok(match cuda {
+            Some(backend) => LoadedModel::Cuda(Box::new(Qwen3Lm::load(backend, file, options)?)),
+            None => LoadedModel::Cpu(Box::new(Qwen3Lm::load(CpuBackend::new(), file, options)?)),
+        })
+    }
+}
+
+impl LoadedModel {
+    /// The backend's name for reports (`cpu`, `cuda:0`).
+    pub fn backend_name(&self) -> &'static str {
         match self {
-            Self::Cpu => "cpu",
+            Self::Cpu(_) => "cpu",
+            Self::Cuda(_) => "cuda",
+        }
+    }
+}
+
+impl CausalLm for LoadedModel {
+    type Error = ArchError;
+
+    fn vocab_size(&self) -> usize {
+        match self {
+            Self::Cpu(model) => model.vocab_size(),
+            Self::Cuda(model) => model.vocab_size(),
         }
     }
 
-    /// Loads a Qwen3 model from `file` onto this backend.
-    pub fn load(self, file: &GgufFile, options: Qwen3LmOptions) -> Result<Qwen3Lm<CpuBackend>, ArchError> {
+    fn max_sequence_len(&self) -> usize {
         match self {
-            Self::Cpu => Qwen3Lm::load(CpuBackend::new(), file, options),
+            Self::Cpu(model) => model.max_sequence_len(),
+            Self::Cuda(model) => model.max_sequence_len(),
+        }
+    }
+
+    fn forward(&mut self, batch: &[SequenceChunk<'_>], logits: &mut [f32]) -> Result<(), ArchError> {
+        match self {
+            Self::Cpu(model) => model.forward(batch, logits),
+            Self::Cuda(model) => model.forward(batch, logits),
         }
     }
 }

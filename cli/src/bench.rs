@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long, env = "CANOPY_PREFILL_CHUNK", default_value_t = canopy_worker::engine::DEFAULT_PREFILL_CHUNK)]
     prefill_chunk: usize,
     /// Compute backend.
-    #[arg(long, value_enum, env = "CANOPY_BACKEND", default_value_t = BackendKind::Cpu)]
+    #[arg(long, value_enum, env = "CANOPY_BACKEND", default_value_t = BackendKind::Auto)]
     backend: BackendKind,
 }
 
@@ -78,9 +78,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .file_name()
         .map_or_else(|| args.model.display().to_string(), |name| name.to_string_lossy().into_owned());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json_report(&model_name, args, &report))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json_report(&model_name, model.backend_name(), args, &report))?
+        );
     } else {
-        print!("{}", table(&model_name, args.backend.name(), &report));
+        print!("{}", table(&model_name, model.backend_name(), &report));
     }
     Ok(())
 }
@@ -134,7 +137,7 @@ fn table(model: &str, backend: &str, report: &BenchReport) -> String {
     out
 }
 
-fn json_report(model: &str, args: &Args, report: &BenchReport) -> serde_json::Value {
+fn json_report(model: &str, backend: &str, args: &Args, report: &BenchReport) -> serde_json::Value {
     let result = |result: &BenchResult| {
         json!({
             "test": result.name(),
@@ -148,7 +151,7 @@ fn json_report(model: &str, args: &Args, report: &BenchReport) -> serde_json::Va
         report.skipped.iter().map(|(kind, tokens)| format!("{}{tokens}", kind.prefix())).collect();
     json!({
         "model": model,
-        "backend": args.backend.name(),
+        "backend": backend,
         "repetitions": args.repetitions,
         "warmup": args.warmup,
         "results": report.results.iter().map(result).collect::<Vec<_>>(),

@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, env = "CANOPY_CTX_SIZE", default_value_t = 4096)]
     ctx_size: usize,
     /// Compute backend.
-    #[arg(long, value_enum, env = "CANOPY_BACKEND", default_value_t = BackendKind::Cpu)]
+    #[arg(long, value_enum, env = "CANOPY_BACKEND", default_value_t = BackendKind::Auto)]
     backend: BackendKind,
 }
 

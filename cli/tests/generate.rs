@@ -164,12 +164,26 @@ fn bad_input_fails_cleanly() {
     let out = canopy(&["generate", &tiny_f32(), "--prompt", &prompt, "--backend", "tpu"]);
     assert_eq!(out.status.code(), Some(2));
 
+    if !cuda_present() {
+        let out = canopy(&["generate", &tiny_f32(), "--prompt", &prompt, "--backend", "cuda"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("opening CUDA device 0"));
+        let out = canopy(&["generate", &tiny_f32(), "--prompt", &prompt, "-n", "1", "--backend", "auto"]);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("canopy: using the CPU backend: "));
+    }
+
     let vocab_only = format!("{MODELS}/../vocab/ggml-vocab-qwen2.gguf");
-    let out = canopy(&["generate", &vocab_only, "--prompt", "hi"]);
+    let out = canopy(&["generate", &vocab_only, "--prompt", "hi", "--backend", "cpu"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("canopy: error:"));
 
     let out = canopy(&["generate", &tiny_f32(), "--prompt", &prompt, "--ctx-size", "10"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("prompt"));
+}
+
+/// Whether this machine can open a CUDA device (then `--backend cuda` works instead of failing).
+fn cuda_present() -> bool {
+    canopy_kernels::backend::cuda::CudaBackend::new(0).is_ok()
 }
