@@ -12,6 +12,44 @@ pub(super) mod q8_k;
 use super::QK_K;
 use super::le::{f32_to_f16_at_least, round_clamped};
 
+/// Sub-blocks of 16 elements in a Q3_K/Q6_K super-block.
+const SIGNED_SUB_BLOCKS: usize = QK_K / 16;
+
+/// A Q3_K/Q6_K super-block decoded to its signed quants and the scale of each 16-element
+/// sub-block: element `i` is `scales[i / 16] * quants[i]`.
+type SignedBlock = ([i8; QK_K], [f32; SIGNED_SUB_BLOCKS]);
+
+/// Dequantizes the formats whose values are a per-sub-block scale times a signed quant.
+fn dequantize_signed<const BYTES: usize>(
+    src: &[u8],
+    dst: &mut [f32],
+    decode: fn(&[u8; BYTES]) -> SignedBlock,
+) {
+    for (block, out) in src.as_chunks::<BYTES>().0.iter().zip(dst.as_chunks_mut::<QK_K>().0) {
+        let (quants, scales) = decode(block);
+        let groups = quants.as_chunks::<16>().0.iter().zip(out.as_chunks_mut::<16>().0);
+        for ((quants, out), &scale) in groups.zip(&scales) {
+            for (&q, out) in quants.iter().zip(out) {
+                *out = scale * f32::from(q);
+            }
+        }
+    }
+}
+
+/// The dot product of a row of such a format with `x`, summing each sub-block before scaling it.
+fn dot_signed<const BYTES: usize>(src: &[u8], x: &[f32], decode: fn(&[u8; BYTES]) -> SignedBlock) -> f32 {
+    let mut acc = 0.0;
+    for (block, x) in src.as_chunks::<BYTES>().0.iter().zip(x.as_chunks::<QK_K>().0) {
+        let (quants, scales) = decode(block);
+        let groups = quants.as_chunks::<16>().0.iter().zip(x.as_chunks::<16>().0);
+        for ((quants, x), &scale) in groups.zip(&scales) {
+            let sum = quants.iter().zip(x).fold(0.0, |sum, (&q, &x)| sum + f32::from(q) * x);
+            acc += scale * sum;
+        }
+    }
+    acc
+}
+
 /// Bytes of the packed 6-bit scales and mins of Q4_K and Q5_K.
 const SCALE_MIN_BYTES: usize = 12;
 /// Sub-blocks of 32 elements in a Q4_K/Q5_K super-block.

@@ -4,6 +4,7 @@
 //! and a *clear* bit subtracts 4. Scale `i` keeps its low nibble in byte `i % 8` (high nibble for
 //! `i >= 8`) and its top two bits in byte `8 + i % 4` at bit `2 * (i / 4)`.
 
+use super::{SignedBlock, dequantize_signed, dot_signed};
 use crate::quant::le::f16_to_f32;
 use crate::quant::{GgmlType, QK_K, RowKernels};
 
@@ -13,7 +14,7 @@ const _: () = assert!(Q3_K_BYTES == GgmlType::Q3K.type_size() && QK_K == GgmlTyp
 const QS_OFFSET: usize = QK_K / 8;
 const SCALES_OFFSET: usize = QS_OFFSET + QK_K / 4;
 const D_OFFSET: usize = SCALES_OFFSET + 12;
-const SUB_BLOCKS: usize = QK_K / 16;
+const SUB_BLOCKS: usize = super::SIGNED_SUB_BLOCKS;
 
 pub(in crate::quant) const Q3K: RowKernels =
     RowKernels { dequantize: dequantize_q3_k, dot: dot_q3_k, quantize: None };
@@ -50,31 +51,16 @@ fn sub_block_scales(block: &[u8; Q3_K_BYTES]) -> [f32; SUB_BLOCKS] {
     })
 }
 
+fn decode(block: &[u8; Q3_K_BYTES]) -> SignedBlock {
+    (unpack_quants(block), sub_block_scales(block))
+}
+
 fn dequantize_q3_k(src: &[u8], dst: &mut [f32]) {
-    for (block, out) in src.as_chunks::<Q3_K_BYTES>().0.iter().zip(dst.as_chunks_mut::<QK_K>().0) {
-        let quants = unpack_quants(block);
-        let scales = sub_block_scales(block);
-        let groups = quants.as_chunks::<16>().0.iter().zip(out.as_chunks_mut::<16>().0);
-        for ((quants, out), &scale) in groups.zip(&scales) {
-            for (&q, out) in quants.iter().zip(out) {
-                *out = scale * f32::from(q);
-            }
-        }
-    }
+    dequantize_signed(src, dst, decode)
 }
 
 fn dot_q3_k(src: &[u8], x: &[f32]) -> f32 {
-    let mut acc = 0.0;
-    for (block, x) in src.as_chunks::<Q3_K_BYTES>().0.iter().zip(x.as_chunks::<QK_K>().0) {
-        let quants = unpack_quants(block);
-        let scales = sub_block_scales(block);
-        let groups = quants.as_chunks::<16>().0.iter().zip(x.as_chunks::<16>().0);
-        for ((quants, x), &scale) in groups.zip(&scales) {
-            let sum = quants.iter().zip(x).fold(0.0, |sum, (&q, &x)| sum + f32::from(q) * x);
-            acc += scale * sum;
-        }
-    }
-    acc
+    dot_signed(src, x, decode)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! below 2.5%.
 
 use super::fit::fit_symmetric;
+use super::{SignedBlock, dequantize_signed, dot_signed};
 use crate::quant::le::{f16_to_f32, f32_to_f16_at_least, round_clamped};
 use crate::quant::{GgmlType, QK_K, RowKernels};
 
@@ -17,7 +18,7 @@ const _: () = assert!(Q6_K_BYTES == GgmlType::Q6K.type_size() && QK_K == GgmlTyp
 const QH_OFFSET: usize = QK_K / 2;
 const SCALES_OFFSET: usize = QH_OFFSET + QK_K / 4;
 const D_OFFSET: usize = SCALES_OFFSET + QK_K / 16;
-const SUB_BLOCKS: usize = QK_K / 16;
+const SUB_BLOCKS: usize = super::SIGNED_SUB_BLOCKS;
 
 pub(in crate::quant) const Q6K: RowKernels =
     RowKernels { dequantize: dequantize_q6_k, dot: dot_q6_k, quantize: Some(quantize_q6_k) };
@@ -48,31 +49,16 @@ fn sub_block_scales(block: &[u8; Q6_K_BYTES]) -> [f32; SUB_BLOCKS] {
     std::array::from_fn(|j| d * f32::from(block[SCALES_OFFSET + j] as i8))
 }
 
+fn decode(block: &[u8; Q6_K_BYTES]) -> SignedBlock {
+    (unpack_quants(block), sub_block_scales(block))
+}
+
 fn dequantize_q6_k(src: &[u8], dst: &mut [f32]) {
-    for (block, out) in src.as_chunks::<Q6_K_BYTES>().0.iter().zip(dst.as_chunks_mut::<QK_K>().0) {
-        let quants = unpack_quants(block);
-        let scales = sub_block_scales(block);
-        let groups = quants.as_chunks::<16>().0.iter().zip(out.as_chunks_mut::<16>().0);
-        for ((quants, out), &scale) in groups.zip(&scales) {
-            for (&q, out) in quants.iter().zip(out) {
-                *out = scale * f32::from(q);
-            }
-        }
-    }
+    dequantize_signed(src, dst, decode)
 }
 
 fn dot_q6_k(src: &[u8], x: &[f32]) -> f32 {
-    let mut acc = 0.0;
-    for (block, x) in src.as_chunks::<Q6_K_BYTES>().0.iter().zip(x.as_chunks::<QK_K>().0) {
-        let quants = unpack_quants(block);
-        let scales = sub_block_scales(block);
-        let groups = quants.as_chunks::<16>().0.iter().zip(x.as_chunks::<16>().0);
-        for ((quants, x), &scale) in groups.zip(&scales) {
-            let sum = quants.iter().zip(x).fold(0.0, |sum, (&q, &x)| sum + f32::from(q) * x);
-            acc += scale * sum;
-        }
-    }
-    acc
+    dot_signed(src, x, decode)
 }
 
 fn quantize_q6_k(src: &[f32], dst: &mut [u8]) {
