@@ -51,6 +51,17 @@ template <> struct Format<FMT_Q8_0> {
     }
 };
 
+// The 6-bit scale and min of Q4_K sub-block `sub` (0..8) from the 12 packed bytes.
+__device__ __forceinline__ void q4_k_scale_min(const u8 *packed, int sub, int *scale, int *min) {
+    if (sub < 4) {
+        *scale = packed[sub] & 63;
+        *min = packed[sub + 4] & 63;
+    } else {
+        *scale = (packed[sub + 4] & 0x0f) | ((packed[sub - 4] >> 6) << 4);
+        *min = (packed[sub + 4] >> 4) | ((packed[sub] >> 6) << 4);
+    }
+}
+
 // Q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles.
 // Sub-blocks 2k and 2k+1 (32 elements each) share bytes 32k..32k+32: low nibbles, then high.
 template <> struct Format<FMT_Q4_K> {
@@ -59,15 +70,8 @@ template <> struct Format<FMT_Q4_K> {
         const u8 *block = row + (size_t)(chunk / 16) * Q4_K_BYTES;
         const int element = (chunk % 16) * CHUNK;
         const int sub = element / 32;
-        const u8 *packed = block + 4;
         int scale, min;
-        if (sub < 4) {
-            scale = packed[sub] & 63;
-            min = packed[sub + 4] & 63;
-        } else {
-            scale = (packed[sub + 4] & 0x0f) | ((packed[sub - 4] >> 6) << 4);
-            min = (packed[sub + 4] >> 4) | ((packed[sub] >> 6) << 4);
-        }
+        q4_k_scale_min(block + 4, sub, &scale, &min);
         const float d = f16_bits_to_f32(load_u16(block)) * (float)scale;
         const float m = f16_bits_to_f32(load_u16(block + 2)) * (float)min;
         const u8 *qs = block + 16 + (element / 64) * 32 + element % 32;
