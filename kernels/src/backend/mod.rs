@@ -15,6 +15,10 @@
 //!   is an [`Backend::Index`] on the device, which `write_index` rewrites in place, so a step's
 //!   buffers can stay put for a captured device graph.
 //! - Ops run in submission order. Host-side results are complete when the call returns.
+//! - A sequence of ops can be recorded once ([`Backend::record`]) and replayed
+//!   ([`Backend::replay`]): a replay launches the same ops with the same shapes over the same
+//!   buffers, reading whatever those buffers hold at the time, so per-step inputs written with
+//!   `write_index` before a replay take effect.
 
 mod attention;
 pub mod cpu;
@@ -59,6 +63,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     type Weight: WeightMatrix;
     /// A `u32` array: token ids, positions, KV slots, block tables, tree parents.
     type Index: DeviceArray;
+    /// A recorded sequence of ops (a CUDA graph), replayed by [`Backend::replay`].
+    type Graph: Send + Sync;
 
     /// A short name for logs ("cpu", "cuda:0").
     fn name(&self) -> &str;
@@ -91,6 +97,19 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Waits for every submitted op to finish.
     fn synchronize(&self) -> Result<(), BackendError>;
+
+    /// Records the ops that `ops` submits, without running them, into a graph for
+    /// [`Backend::replay`]. `ops` may only submit ops that stay on the device (no `download`,
+    /// `write_index`, `upload*`, `zeros`, `argmax_rows`, `top_k_rows` or `synchronize`). A backend
+    /// that cannot record runs the ops at once and returns `None`; a failed `ops` leaves nothing
+    /// recorded and its error is returned.
+    fn record<E: From<BackendError>>(
+        &self,
+        ops: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Option<Self::Graph>, E>;
+
+    /// Runs a recorded graph's ops, after every op submitted before it.
+    fn replay(&self, graph: &Self::Graph) -> Result<(), BackendError>;
 
     /// `out[i] = table[ids[i]]` for `i < n_rows`: `out` is `[n_rows, table.cols()]`.
     fn embed(

@@ -8,6 +8,7 @@
 
 mod load;
 pub mod qwen3;
+mod step_graphs;
 
 use canopy_kernels::backend::{BackendError, Mask};
 

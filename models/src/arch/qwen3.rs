@@ -12,6 +12,7 @@ use canopy_kernels::backend::{
 
 use super::load::{MetadataReader, invalid, matrix, vector};
 use super::{ArchError, ForwardOutput, LogitRows, SequenceInput};
+use super::step_graphs::{StepGraphs, StepShape};
 use crate::gguf::GgufFile;
 use crate::kv::{KvCache, KvConfig};
 
@@ -256,14 +257,16 @@ impl<B: Backend> Scratch<B> {
         })
     }
 
-    /// Rewrites the attention batch in place, growing its buffers only when `layout` exceeds them.
+    /// Rewrites the attention batch in place, growing its buffers only when `layout` exceeds
+    /// them; says whether they grew (and so moved).
     fn set_batch(
         &mut self,
         backend: &B,
         layout: &AttentionLayout,
         table_entries: usize,
-    ) -> Result<(), ArchError> {
-        if layout.n_sequences() > self.batch_sequences || table_entries > self.batch_table_entries {
+    ) -> Result<bool, ArchError> {
+        let grow = layout.n_sequences() > self.batch_sequences || table_entries > self.batch_table_entries;
+        if grow {
             self.batch_sequences = self.batch_sequences.max(layout.n_sequences().next_power_of_two());
             self.batch_table_entries = self.batch_table_entries.max(table_entries.next_power_of_two());
             let rows = self.token_ids.len();
@@ -271,7 +274,7 @@ impl<B: Backend> Scratch<B> {
                 AttentionBatch::with_capacity(backend, self.batch_sequences, rows, self.batch_table_entries)?;
         }
         self.batch.update(backend, layout)?;
-        Ok(())
+        Ok(grow)
     }
 }
 
@@ -285,6 +288,7 @@ pub struct Qwen3<B: Backend> {
     output_norm: B::Tensor,
     layers: Vec<Layer<B>>,
     scratch: Scratch<B>,
+    graphs: StepGraphs<B>,
 }
 
 impl<B: Backend> Qwen3<B> {
@@ -314,6 +318,7 @@ impl<B: Backend> Qwen3<B> {
                 .map(|i| Layer::load(backend, file, &config, i))
                 .collect::<Result<_, _>>()?,
             scratch: Scratch::new(backend, &config, &options)?,
+            graphs: StepGraphs::new(),
             config,
             options,
         })
@@ -465,17 +470,83 @@ impl<B: Backend> Qwen3<B> {
         drop(specs);
 
         let n = tokens.len();
-        let config = self.config;
         let s = &mut self.scratch;
-        s.set_batch(backend, &layout, table_entries)?;
+        if s.set_batch(backend, &layout, table_entries)? {
+            self.graphs.invalidate();
+        }
         backend.write_index(&mut s.token_ids, tokens)?;
         backend.write_index(&mut s.positions, layout.positions())?;
         backend.write_index(&mut s.kv_slots, layout.slots())?;
+        let logits = match &step.picked_rows {
+            None => LogitPlan::Every,
+            Some(rows) => {
+                backend.write_index(&mut s.logit_rows, rows)?;
+                LogitPlan::Picked(rows.len())
+            }
+        };
+        let shape = StepShape {
+            tokens: n,
+            sequences: batch.len(),
+            logit_rows: match logits {
+                LogitPlan::Every => None,
+                LogitPlan::Picked(rows) => Some(rows),
+            },
+            capture,
+            cache: cache.instance(),
+        };
+        let weights = Weights {
+            config: &self.config,
+            capture_layers: &self.options.capture_layers,
+            token_embd: &self.token_embd,
+            output: self.output.as_ref(),
+            output_norm: &self.output_norm,
+            layers: &self.layers,
+        };
+        self.graphs.run(backend, shape, || weights.submit(backend, s, cache, n, logits, capture))?;
+        let n_logit_rows = match logits {
+            LogitPlan::Every => n,
+            LogitPlan::Picked(rows) => rows,
+        };
+        Ok(ForwardOutput { n_rows: n, n_logit_rows })
+    }
+}
 
+/// Which rows of a step get logits.
+#[derive(Clone, Copy)]
+enum LogitPlan {
+    /// Every row, in batch order.
+    Every,
+    /// The first `.0` entries of the scratch's `logit_rows`.
+    Picked(usize),
+}
+
+/// The weights a forward pass reads, borrowed apart from the scratch buffers it writes.
+struct Weights<'a, B: Backend> {
+    config: &'a Qwen3Config,
+    capture_layers: &'a [usize],
+    token_embd: &'a B::Weight,
+    output: Option<&'a B::Weight>,
+    output_norm: &'a B::Tensor,
+    layers: &'a [Layer<B>],
+}
+
+impl<B: Backend> Weights<'_, B> {
+    /// Submits every op of a step whose inputs are already in `s`. Only device ops: the step
+    /// may be recorded and replayed.
+    fn submit(
+        &self,
+        backend: &B,
+        s: &mut Scratch<B>,
+        cache: &mut KvCache<B>,
+        n: usize,
+        logits: LogitPlan,
+        capture: bool,
+    ) -> Result<(), ArchError> {
+        let config = self.config;
         let attention = config.attention_params();
         let (q_rope, k_rope) = (config.rope_params(config.n_heads), config.rope_params(config.n_kv_heads));
         let eps = config.rms_eps;
-        backend.embed(&self.token_embd, &s.token_ids, n, &mut s.residual)?;
+        backend.embed(self.token_embd, &s.token_ids, n, &mut s.residual)?;
         for (index, layer) in self.layers.iter().enumerate() {
             backend.rms_norm(&s.residual, &layer.attn_norm, n, eps, &mut s.normed)?;
             backend.matmul(&s.normed, &layer.attn_q, n, &mut s.q_raw)?;
@@ -501,7 +572,7 @@ impl<B: Backend> Qwen3<B> {
             backend.add(&mut s.residual, &s.delta, n * config.hidden)?;
             if capture {
                 // Gathering every row is a plain copy: the backend has no separate copy op.
-                for (&layer, captured) in self.options.capture_layers.iter().zip(&mut s.captured) {
+                for (&layer, captured) in self.capture_layers.iter().zip(&mut s.captured) {
                     if layer == index {
                         backend.gather_rows(&s.residual, &s.all_rows, n, config.hidden, captured)?;
                     }
@@ -509,23 +580,20 @@ impl<B: Backend> Qwen3<B> {
             }
         }
 
-        let lm_head = self.output.as_ref().unwrap_or(&self.token_embd);
-        let n_logit_rows = match &step.picked_rows {
-            Some(rows) if rows.is_empty() => 0,
-            None => {
-                backend.rms_norm(&s.residual, &self.output_norm, n, eps, &mut s.normed)?;
+        let lm_head = self.output.unwrap_or(self.token_embd);
+        match logits {
+            LogitPlan::Picked(0) => {}
+            LogitPlan::Every => {
+                backend.rms_norm(&s.residual, self.output_norm, n, eps, &mut s.normed)?;
                 backend.matmul(&s.normed, lm_head, n, &mut s.logits)?;
-                n
             }
-            Some(rows) => {
-                backend.write_index(&mut s.logit_rows, rows)?;
-                backend.gather_rows(&s.residual, &s.logit_rows, rows.len(), config.hidden, &mut s.picked)?;
-                backend.rms_norm(&s.picked, &self.output_norm, rows.len(), eps, &mut s.normed)?;
-                backend.matmul(&s.normed, lm_head, rows.len(), &mut s.logits)?;
-                rows.len()
+            LogitPlan::Picked(rows) => {
+                backend.gather_rows(&s.residual, &s.logit_rows, rows, config.hidden, &mut s.picked)?;
+                backend.rms_norm(&s.picked, self.output_norm, rows, eps, &mut s.normed)?;
+                backend.matmul(&s.normed, lm_head, rows, &mut s.logits)?;
             }
-        };
-        Ok(ForwardOutput { n_rows: n, n_logit_rows })
+        }
+        Ok(())
     }
 }
 

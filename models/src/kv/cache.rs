@@ -1,6 +1,7 @@
 //! KV pools of every layer and the block tables of the sequences that share them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use canopy_kernels::backend::{Backend, DeviceArray};
 
@@ -53,6 +54,8 @@ struct Sequence {
 /// Per-layer K and V pools of `n_blocks * block_size` rows of `n_kv_heads * head_dim`, shared by
 /// sequences through their block tables.
 pub struct KvCache<B: Backend> {
+    /// Unique among the caches of this process, so recorded steps can tell caches apart.
+    instance: u64,
     config: KvConfig,
     block_bytes: usize,
     pools: Vec<(B::Tensor, B::Tensor)>,
@@ -86,7 +89,9 @@ impl<B: Backend> KvCache<B> {
         let pools = (0..config.n_layers)
             .map(|_| Ok((backend.zeros(pool_len)?, backend.zeros(pool_len)?)))
             .collect::<Result<_, KvError>>()?;
+        static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
+            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             config,
             block_bytes,
             pools,
@@ -96,6 +101,12 @@ impl<B: Backend> KvCache<B> {
             src_slots: backend.upload_index(&[])?,
             dst_slots: backend.upload_index(&[])?,
         })
+    }
+
+    /// A number no other cache of this process has: recorded forward passes write to one
+    /// cache's pools and must not be replayed on another.
+    pub fn instance(&self) -> u64 {
+        self.instance
     }
 
     /// The cache's shape.

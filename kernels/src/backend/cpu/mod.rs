@@ -43,6 +43,7 @@ impl Backend for CpuBackend {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
     type Index = CpuIndex;
+    type Graph = std::convert::Infallible;
 
     fn name(&self) -> &str {
         "cpu"
@@ -80,6 +81,19 @@ impl Backend for CpuBackend {
 
     fn synchronize(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// The CPU backend has nothing to gain from recording: it runs the ops at once.
+    fn record<E: From<BackendError>>(
+        &self,
+        ops: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Option<Self::Graph>, E> {
+        ops()?;
+        Ok(None)
+    }
+
+    fn replay(&self, graph: &Self::Graph) -> Result<(), BackendError> {
+        match *graph {}
     }
 
     fn embed(

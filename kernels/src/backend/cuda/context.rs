@@ -40,7 +40,8 @@ impl Device {
                 functions.insert(name, module.load_function(name)?);
             }
         }
-        Ok(Self { stream: context.default_stream(), functions, arch })
+        // A stream of our own: the legacy default stream cannot be recorded into a graph.
+        Ok(Self { stream: context.new_stream()?, functions, arch })
     }
 
     /// The loaded kernel `name`.

@@ -18,6 +18,7 @@ mod compile;
 mod context;
 mod elementwise;
 mod error;
+mod graph;
 mod matmul;
 mod memory;
 mod norm;
@@ -31,6 +32,7 @@ pub use attention::MAX_HEAD_DIM;
 pub use cache::cache_dir;
 pub use compile::Nvrtc;
 pub use error::CudaError;
+pub use graph::CudaGraphExec;
 pub use memory::{CudaIndex, CudaTensor, CudaWeight, is_weight_supported};
 pub use sampling::MAX_TOP_K;
 pub use sources::{KERNEL_SOURCES, KernelSource};
@@ -69,6 +71,7 @@ impl Backend for CudaBackend {
     type Tensor = CudaTensor;
     type Weight = CudaWeight;
     type Index = CudaIndex;
+    type Graph = CudaGraphExec;
 
     fn name(&self) -> &str {
         &self.name
@@ -106,6 +109,17 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self) -> Result<(), BackendError> {
         self.device.stream.synchronize().map_err(context::driver("synchronize"))
+    }
+
+    fn record<E: From<BackendError>>(
+        &self,
+        ops: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Option<CudaGraphExec>, E> {
+        graph::record(&self.device, ops).map(Some)
+    }
+
+    fn replay(&self, graph: &CudaGraphExec) -> Result<(), BackendError> {
+        graph::replay(graph)
     }
 
     fn embed(
