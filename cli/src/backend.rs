@@ -5,7 +5,7 @@ use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::CudaBackend;
 use canopy_models::arch::ArchError;
 use canopy_models::gguf::GgufFile;
-use canopy_worker::engine::{CausalLm, Qwen3Lm, Qwen3LmOptions, SequenceChunk};
+use canopy_worker::engine::{CausalLm, KvUsage, Qwen3Lm, Qwen3LmOptions, SequenceChunk};
 
 /// A compute backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +76,20 @@ impl CausalLm for LoadedModel {
         match self {
             Self::Cpu(model) => model.forward(batch, logits),
             Self::Cuda(model) => model.forward(batch, logits),
+        }
+    }
+
+    fn release(&mut self, sequence: usize) {
+        match self {
+            Self::Cpu(model) => model.release(sequence),
+            Self::Cuda(model) => model.release(sequence),
+        }
+    }
+
+    fn kv_usage(&self) -> KvUsage {
+        match self {
+            Self::Cpu(model) => model.kv_usage(),
+            Self::Cuda(model) => model.kv_usage(),
         }
     }
 }
