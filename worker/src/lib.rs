@@ -3,8 +3,12 @@
 //!
 //! - [`sampling`]: turning logits into tokens.
 //! - [`engine`]: prompt in, streamed text out: prefill, decode, stop conditions.
+//! - [`scheduler`]: continuous batching of many requests on the engine thread.
 //! - [`bench`]: prefill, decode and forward-pass throughput of a model.
 
 pub mod bench;
 pub mod engine;
 pub mod sampling;
+pub mod scheduler;
+#[cfg(test)]
+mod test_model;
