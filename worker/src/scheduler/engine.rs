@@ -85,6 +85,7 @@ impl Engine {
                 ModelLimits { vocab_size: model.vocab_size(), max_sequence_len: model.max_sequence_len() };
             match Scheduler::new(model, &tokenizer, config) {
                 Ok(scheduler) => {
+                    publish(&load_sender, scheduler.load());
                     let _ = ready_sender.send(Ok(limits));
                     run(scheduler, &inbox, &load_sender);
                 }
