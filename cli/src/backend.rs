@@ -1,6 +1,7 @@
 //! The `--backend` choice of the commands that run a model, and loading a model onto it.
 
 use anyhow::Context;
+use canopy_kernels::backend::Backend;
 use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::CudaBackend;
 use canopy_models::arch::ArchError;
@@ -51,6 +52,17 @@ impl LoadedModel {
         match self {
             Self::Cpu(_) => "cpu",
             Self::Cuda(_) => "cuda",
+        }
+    }
+
+    /// The device in words, e.g. `cuda:0 (sm_90)`.
+    pub fn device(&self) -> String {
+        match self {
+            Self::Cpu(_) => {
+                let threads = std::thread::available_parallelism().map_or(1, usize::from);
+                format!("CPU ({threads} threads)")
+            }
+            Self::Cuda(model) => format!("{} ({})", model.backend().name(), model.backend().arch()),
         }
     }
 }

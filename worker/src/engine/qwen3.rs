@@ -64,6 +64,11 @@ impl<B: Backend> Qwen3Lm<B> {
         })
     }
 
+    /// The backend the model runs on.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
     /// The loaded model.
     pub fn model(&self) -> &Qwen3<B> {
         &self.model

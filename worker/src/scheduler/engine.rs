@@ -67,7 +67,7 @@ impl Engine {
     ) -> Result<Self, EngineStartError>
     where
         M: CausalLm,
-        E: std::error::Error + Send + Sync + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
         F: FnOnce() -> Result<M, E> + Send + 'static,
     {
         let (commands, inbox) = mpsc::channel();
@@ -77,7 +77,7 @@ impl Engine {
             let model = match load_model() {
                 Ok(model) => model,
                 Err(error) => {
-                    let _ = ready_sender.send(Err(EngineStartError::Load(Box::new(error))));
+                    let _ = ready_sender.send(Err(EngineStartError::Load(error.into())));
                     return;
                 }
             };
