@@ -23,6 +23,9 @@ pub struct Job {
 
 impl Job {
     /// A job with default priority and no deadline, and the receiver of its events.
+    ///
+    /// The channel is unbounded so that the engine thread never waits for one slow reader; what
+    /// it can hold is bounded by the job's token limit and the context window.
     pub fn new(request: GenerateRequest) -> (Self, UnboundedReceiver<JobEvent>) {
         let (events, receiver) = unbounded_channel();
         (Self { request, priority: 0, deadline: None, events }, receiver)
