@@ -98,22 +98,17 @@ impl<'t, M: CausalLm> Scheduler<'t, M> {
         })
     }
 
-    /// The model.
-    pub fn model(&self) -> &M {
-        &self.model
-    }
-
     /// Takes a job into the queue, or rejects it at once (draining, queue full, invalid).
     pub fn submit(&mut self, job: Job) {
+        let invalid = job.request.validate(self.model.vocab_size(), self.model.max_sequence_len()).err();
         let rejection = if self.totals.draining {
             Some(Rejection::Draining)
+        } else if let Some(error) = invalid {
+            Some(Rejection::invalid(&error))
         } else if self.queue.len() >= self.config.max_queued + self.free_slots.len() {
             Some(Rejection::QueueFull { max_queued: self.config.max_queued })
         } else {
-            job.request
-                .validate(self.model.vocab_size(), self.model.max_sequence_len())
-                .err()
-                .map(|error| Rejection::invalid(&error))
+            None
         };
         match rejection {
             Some(rejection) => {

@@ -36,13 +36,13 @@ pub struct ModelLimits {
 #[derive(Debug, Error)]
 pub enum EngineStartError {
     /// The model did not load.
-    #[error("loading the model: {0}")]
+    #[error("loading the model")]
     Load(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The scheduler configuration is unusable.
     #[error(transparent)]
     Config(#[from] SchedulerError),
     /// The operating system refused a thread.
-    #[error("starting the engine thread: {0}")]
+    #[error("starting the engine thread")]
     Thread(#[from] std::io::Error),
     /// The thread ended without saying whether the model loaded (it panicked).
     #[error("the engine thread stopped while loading the model")]
