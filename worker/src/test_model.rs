@@ -9,8 +9,9 @@ use crate::engine::{Qwen3Lm, Qwen3LmOptions};
 /// The bundled tiny model.
 pub const TINY_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny/qwen3-tiny.gguf");
 
-/// Positions per sequence in tests: enough for every test, small enough to stay fast.
-pub const TEST_SEQUENCE_LEN: usize = 256;
+/// Positions per sequence in tests: the whole context, so that a generation meant to be cancelled
+/// cannot run out of room first (the tiny model's KV is 512 bytes per position).
+pub const TEST_SEQUENCE_LEN: usize = 4096;
 
 /// The tiny model's file.
 pub fn tiny_file() -> GgufFile {
