@@ -220,14 +220,13 @@ impl<'t, M: CausalLm> Scheduler<'t, M> {
         let result = self.model.forward(&batch, &mut self.logits);
         drop(batch);
         let now = Instant::now();
-        let mut endings = Vec::new();
-        match result {
+        let mut endings = match result {
+            Ok(()) => self.sample(&plan, now),
             Err(error) => {
                 let message = format!("forward pass: {error}");
-                endings.extend(plan.iter().map(|planned| (planned.index, Ending::Failed(message.clone()))));
+                plan.iter().map(|planned| (planned.index, Ending::Failed(message.clone()))).collect()
             }
-            Ok(()) => endings = self.sample(&plan, now),
-        }
+        };
         // Descending indices keep the remaining ones valid and the start order intact.
         endings.sort_by_key(|(index, _)| std::cmp::Reverse(*index));
         for (index, ending) in endings {

@@ -2,6 +2,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use canopy_kernels::backend::cpu::CpuBackend;
@@ -9,7 +10,9 @@ use canopy_models::tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
-use crate::engine::{FinishReason, GenerateRequest, Qwen3Lm, StopConditions, generate};
+use crate::engine::{
+    CausalLm, FinishReason, GenerateRequest, KvUsage, Qwen3Lm, SequenceChunk, StopConditions, generate,
+};
 use crate::sampling::SamplingParams;
 use crate::test_model::{tiny_model, tiny_tokenizer};
 
@@ -292,4 +295,70 @@ async fn the_engine_thread_streams_events_and_notices_a_dropped_receiver() {
     let load = *load.wait_for(|load| load.requests_cancelled == 1).await.unwrap();
     assert_eq!((load.running, load.requests_finished, load.kv_blocks_used), (0, 2, 0));
     tokio::task::spawn_blocking(move || engine.stop()).await.unwrap();
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("device lost")]
+struct DeviceLost;
+
+/// The tiny model, failing its forward passes while `failing` is set.
+struct Flaky {
+    model: Qwen3Lm<CpuBackend>,
+    failing: Arc<AtomicBool>,
+}
+
+impl CausalLm for Flaky {
+    type Error = DeviceLost;
+
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn max_sequence_len(&self) -> usize {
+        self.model.max_sequence_len()
+    }
+
+    fn forward(&mut self, batch: &[SequenceChunk<'_>], logits: &mut [f32]) -> Result<(), DeviceLost> {
+        if self.failing.load(Ordering::Relaxed) {
+            return Err(DeviceLost);
+        }
+        self.model.forward(batch, logits).map_err(|_| DeviceLost)
+    }
+
+    fn release(&mut self, sequence: usize) {
+        self.model.release(sequence);
+    }
+
+    fn kv_usage(&self) -> KvUsage {
+        self.model.kv_usage()
+    }
+}
+
+#[test]
+fn a_failed_forward_pass_fails_its_jobs_and_the_scheduler_goes_on() {
+    let tokenizer = tiny_tokenizer();
+    let failing = Arc::new(AtomicBool::new(false));
+    let config = config(2, 8, 64);
+    let model = Flaky { model: tiny_model(2, config.max_batch_tokens()), failing: Arc::clone(&failing) };
+    let mut scheduler = Scheduler::new(model, &tokenizer, config).unwrap();
+    let (job, mut doomed) = Job::new(greedy(&tokenizer, PROMPTS[0], 50));
+    scheduler.submit(job);
+    scheduler.step();
+    failing.store(true, Ordering::Relaxed);
+    scheduler.step();
+    let events = drain_events(&mut doomed);
+    assert!(
+        matches!(&events[..], [JobEvent::Started { .. }, JobEvent::Token(_), JobEvent::Failed(message)]
+        if message.contains("device lost")),
+        "{events:?}"
+    );
+    assert_eq!(scheduler.load().kv_blocks_used, 0);
+
+    failing.store(false, Ordering::Relaxed);
+    let (job, mut healthy) = Job::new(greedy(&tokenizer, PROMPTS[0], 3));
+    scheduler.submit(job);
+    while !scheduler.is_idle() {
+        scheduler.step();
+    }
+    assert_eq!(outcome(&drain_events(&mut healthy)).0.len(), 3);
 }
