@@ -1,11 +1,12 @@
 //! The `--backend` choice of the commands that run a model, and loading a model onto it.
 
 use anyhow::Context;
+use canopy_kernels::backend::Backend;
 use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::CudaBackend;
 use canopy_models::arch::ArchError;
 use canopy_models::gguf::GgufFile;
-use canopy_worker::engine::{CausalLm, Qwen3Lm, Qwen3LmOptions, SequenceChunk};
+use canopy_worker::engine::{CausalLm, KvUsage, Qwen3Lm, Qwen3LmOptions, SequenceChunk};
 
 /// A compute backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -53,6 +54,17 @@ impl LoadedModel {
             Self::Cuda(_) => "cuda",
         }
     }
+
+    /// The device in words, e.g. `cuda:0 (sm_90)`.
+    pub fn device(&self) -> String {
+        match self {
+            Self::Cpu(_) => {
+                let threads = std::thread::available_parallelism().map_or(1, usize::from);
+                format!("CPU ({threads} threads)")
+            }
+            Self::Cuda(model) => format!("{} ({})", model.backend().name(), model.backend().arch()),
+        }
+    }
 }
 
 impl CausalLm for LoadedModel {
@@ -76,6 +88,20 @@ impl CausalLm for LoadedModel {
         match self {
             Self::Cpu(model) => model.forward(batch, logits),
             Self::Cuda(model) => model.forward(batch, logits),
+        }
+    }
+
+    fn release(&mut self, sequence: usize) {
+        match self {
+            Self::Cpu(model) => model.release(sequence),
+            Self::Cuda(model) => model.release(sequence),
+        }
+    }
+
+    fn kv_usage(&self) -> KvUsage {
+        match self {
+            Self::Cpu(model) => model.kv_usage(),
+            Self::Cuda(model) => model.kv_usage(),
         }
     }
 }

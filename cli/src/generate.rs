@@ -105,12 +105,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             stop_strings: args.stop.clone(),
             ignore_eos: args.ignore_eos,
         },
-        prefill_chunk: args.prefill_chunk,
+        top_logprobs: None,
     };
     let mut stdout = std::io::stdout().lock();
     let mut write_error = None;
     let mut first = true;
-    let generation = generate(&mut model, &tokenizer, &request, |event| {
+    let generation = generate(&mut model, &tokenizer, &request, args.prefill_chunk, |event| {
         let written = if args.ids {
             let separator = if std::mem::take(&mut first) { "" } else { " " };
             write!(stdout, "{separator}{}", event.id)

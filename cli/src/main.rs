@@ -6,6 +6,7 @@ mod generate;
 mod inspect;
 mod synth;
 mod tokenize;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,8 @@ enum Command {
     Generate(generate::Args),
     /// Measure prefill, decode and forward-pass speed, like llama-bench.
     Bench(bench::Args),
+    /// Serve a model over gRPC as a canopy worker until SIGTERM, then drain.
+    Worker(worker::Args),
 }
 
 /// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Synth(args) => synth::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Worker(args) => worker::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

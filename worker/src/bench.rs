@@ -211,6 +211,7 @@ fn argmax(logits: &[f32]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::KvUsage;
 
     /// Records forward passes; its logits favour `last token + 1`.
     struct Recorder {
@@ -236,6 +237,10 @@ mod tests {
             let next = (*chunk.tokens.last().unwrap() as usize + 1) % 100;
             logits.iter_mut().enumerate().for_each(|(id, l)| *l = if id == next { 1.0 } else { 0.0 });
             Ok(())
+        }
+        fn release(&mut self, _sequence: usize) {}
+        fn kv_usage(&self) -> KvUsage {
+            KvUsage::default()
         }
     }
 

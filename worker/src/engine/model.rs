@@ -15,6 +15,15 @@ pub struct SequenceChunk<'a> {
     pub want_logits: bool,
 }
 
+/// KV cache blocks in use and in all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvUsage {
+    /// Blocks held by sequences.
+    pub used_blocks: usize,
+    /// Blocks in the cache.
+    pub total_blocks: usize,
+}
+
 /// A causal language model with its KV cache, driven by the engine.
 pub trait CausalLm {
     /// What a forward pass can fail with.
@@ -29,4 +38,10 @@ pub trait CausalLm {
     /// Runs the new tokens of every chunk, stores their keys and values, and writes one row of
     /// `vocab_size` logits per chunk that wants them, in batch order, to the front of `logits`.
     fn forward(&mut self, batch: &[SequenceChunk<'_>], logits: &mut [f32]) -> Result<(), Self::Error>;
+
+    /// Frees the KV memory of sequence slot `sequence`; its next forward pass starts it afresh.
+    fn release(&mut self, sequence: usize);
+
+    /// How much of the KV cache is in use.
+    fn kv_usage(&self) -> KvUsage;
 }

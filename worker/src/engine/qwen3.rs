@@ -6,7 +6,7 @@ use canopy_models::arch::{ArchError, LogitRows, SequenceInput};
 use canopy_models::gguf::GgufFile;
 use canopy_models::kv::{KvCache, SeqId};
 
-use super::model::{CausalLm, SequenceChunk};
+use super::model::{CausalLm, KvUsage, SequenceChunk};
 
 /// KV positions per cache block.
 pub const KV_BLOCK_SIZE: usize = 16;
@@ -62,6 +62,11 @@ impl<B: Backend> Qwen3Lm<B> {
             max_sequence_len,
             logit_rows: Vec::new(),
         })
+    }
+
+    /// The backend the model runs on.
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 
     /// The loaded model.
@@ -130,6 +135,18 @@ impl<B: Backend> CausalLm for Qwen3Lm<B> {
         self.backend.download(self.model.logits(), out)?;
         Ok(())
     }
+
+    fn release(&mut self, sequence: usize) {
+        if let Some(seq) = self.sequences.get_mut(sequence).and_then(Option::take) {
+            // The only failure is an id the cache does not know, which holds nothing to free.
+            let _ = self.cache.release(seq);
+        }
+    }
+
+    fn kv_usage(&self) -> KvUsage {
+        let memory = self.cache.memory();
+        KvUsage { used_blocks: memory.used_blocks(), total_blocks: memory.total_blocks }
+    }
 }
 
 #[cfg(test)]
@@ -168,8 +185,9 @@ mod tests {
         prefill_chunk: usize,
     ) -> Vec<u32> {
         let stop = StopConditions { ignore_eos: true, ..StopConditions::max_tokens(max_tokens) };
-        let request = GenerateRequest { prompt, sampling, stop, prefill_chunk };
-        let generation = generate(model, tokenizer, &request, |_| ControlFlow::Continue(())).unwrap();
+        let request = GenerateRequest { prompt, sampling, stop, top_logprobs: None };
+        let generation =
+            generate(model, tokenizer, &request, prefill_chunk, |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(generation.finish_reason, FinishReason::Length);
         generation.tokens
     }

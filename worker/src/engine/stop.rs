@@ -19,6 +19,10 @@ pub enum FinishReason {
     ContextFull,
     /// The caller stopped listening (a client went away).
     Cancelled,
+    /// The request's deadline passed while it was running.
+    Deadline,
+    /// The worker shut down before the generation ended.
+    Aborted,
 }
 
 impl fmt::Display for FinishReason {
@@ -29,6 +33,8 @@ impl fmt::Display for FinishReason {
             Self::Length => f.write_str("length"),
             Self::ContextFull => f.write_str("context full"),
             Self::Cancelled => f.write_str("cancelled"),
+            Self::Deadline => f.write_str("deadline"),
+            Self::Aborted => f.write_str("aborted"),
         }
     }
 }

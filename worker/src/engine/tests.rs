@@ -76,6 +76,14 @@ impl CausalLm for ScriptedModel {
         }
         Ok(())
     }
+
+    fn release(&mut self, _sequence: usize) {
+        self.cache.clear();
+    }
+
+    fn kv_usage(&self) -> KvUsage {
+        KvUsage::default()
+    }
 }
 
 /// The greedy continuation of `prompt` under the scripted model, computed directly.
@@ -87,20 +95,25 @@ fn expected_greedy(prompt: &[u32], n: usize) -> Vec<u32> {
     tokens.split_off(prompt.len())
 }
 
-fn request(prompt: Vec<u32>, max_tokens: usize, prefill_chunk: usize) -> GenerateRequest {
-    GenerateRequest {
+/// A greedy request and its prefill chunk size.
+fn request(prompt: Vec<u32>, max_tokens: usize, prefill_chunk: usize) -> (GenerateRequest, usize) {
+    let request = GenerateRequest {
         prompt,
         sampling: SamplingParams::greedy(),
         stop: StopConditions::max_tokens(max_tokens),
-        prefill_chunk,
-    }
+        top_logprobs: None,
+    };
+    (request, prefill_chunk)
 }
 
-fn run(model: &mut ScriptedModel, request: &GenerateRequest) -> (Generation, String, usize) {
+fn run(
+    model: &mut ScriptedModel,
+    (request, prefill_chunk): &(GenerateRequest, usize),
+) -> (Generation, String, usize) {
     let tokenizer = tokenizer();
     let mut streamed = String::new();
     let mut events = 0;
-    let generation = generate(model, &tokenizer, request, |event| {
+    let generation = generate(model, &tokenizer, request, *prefill_chunk, |event| {
         streamed.push_str(event.text);
         events += 1;
         ControlFlow::Continue(())
@@ -172,7 +185,7 @@ fn a_stop_string_ends_the_generation_without_its_text() {
     let stop: String = full[first.len() - 1..].chars().take(3).collect();
     let cut = full.find(&stop).unwrap();
     let mut request = request(PROMPT.to_vec(), 100, 512);
-    request.stop.stop_strings = vec![stop.clone()];
+    request.0.stop.stop_strings = vec![stop.clone()];
     let (generation, streamed, _) = run(&mut ScriptedModel::new(4096), &request);
     assert_eq!(generation.finish_reason, FinishReason::StopString(stop));
     assert_eq!(generation.text, full[..cut]);
@@ -184,7 +197,8 @@ fn a_stop_string_ends_the_generation_without_its_text() {
 fn seeded_sampling_is_reproducible() {
     let sampled = |seed| {
         let mut request = request(PROMPT.to_vec(), 20, 512);
-        request.sampling = SamplingParams { temperature: Some(1.5), seed: Some(seed), ..Default::default() };
+        request.0.sampling =
+            SamplingParams { temperature: Some(1.5), seed: Some(seed), ..Default::default() };
         run(&mut ScriptedModel::new(4096), &request).0.tokens
     };
     assert_eq!(sampled(11), sampled(11));
@@ -196,12 +210,12 @@ fn seeded_sampling_is_reproducible() {
 fn the_callback_can_cancel() {
     let tokenizer = tokenizer();
     let mut seen = 0;
-    let generation =
-        generate(&mut ScriptedModel::new(4096), &tokenizer, &request(PROMPT.to_vec(), 50, 512), |_| {
-            seen += 1;
-            if seen == 2 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-        })
-        .unwrap();
+    let (request, chunk) = request(PROMPT.to_vec(), 50, 512);
+    let generation = generate(&mut ScriptedModel::new(4096), &tokenizer, &request, chunk, |_| {
+        seen += 1;
+        if seen == 2 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    })
+    .unwrap();
     assert_eq!(generation.finish_reason, FinishReason::Cancelled);
     assert_eq!(generation.tokens.len(), 2);
 }
@@ -209,8 +223,8 @@ fn the_callback_can_cancel() {
 #[test]
 fn bad_requests_and_model_failures_are_errors() {
     let tokenizer = tokenizer();
-    let attempt = |model: &mut ScriptedModel, request: GenerateRequest| {
-        generate(model, &tokenizer, &request, |_| ControlFlow::Continue(())).unwrap_err()
+    let attempt = |model: &mut ScriptedModel, (request, chunk): (GenerateRequest, usize)| {
+        generate(model, &tokenizer, &request, chunk, |_| ControlFlow::Continue(())).unwrap_err()
     };
     let mut model = ScriptedModel::new(8);
     assert!(matches!(attempt(&mut model, request(vec![], 5, 4)), EngineError::EmptyPrompt));
@@ -225,7 +239,7 @@ fn bad_requests_and_model_failures_are_errors() {
         EngineError::TokenOutOfRange { id: 1024, vocab_size: VOCAB }
     ));
     let mut bad_sampling = request(vec![1], 5, 4);
-    bad_sampling.sampling.top_p = Some(2.0);
+    bad_sampling.0.sampling.top_p = Some(2.0);
     assert!(matches!(attempt(&mut model, bad_sampling), EngineError::Sampling(_)));
     assert!(model.calls.is_empty(), "nothing runs before the request is validated");
     model.fail_at_call = Some(1);

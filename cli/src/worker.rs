@@ -1,0 +1,186 @@
+//! `canopy worker`: serve one model over gRPC (`canopy.v1.Worker` plus gRPC health) until SIGTERM
+//! or Ctrl-C, then drain.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use canopy_models::chat_template::{ChatTemplate, ChatTemplateError};
+use canopy_models::gguf::GgufFile;
+use canopy_models::tokenizer::Tokenizer;
+use canopy_worker::engine::{DEFAULT_PREFILL_CHUNK, Qwen3LmOptions};
+use canopy_worker::scheduler::{Engine, SchedulerConfig};
+use canopy_worker::server::{ServedModel, WorkerService, serve, shutdown_signal};
+
+use crate::backend::BackendKind;
+
+/// Serve a model as a canopy worker. Progress goes to stderr; once the server accepts
+/// connections, stdout gets the line `listening on ADDR`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF model.
+    #[arg(long, env = "CANOPY_MODEL")]
+    model: PathBuf,
+    /// The name clients use for the model (default: the GGUF's general.name, else the file stem).
+    #[arg(long, env = "CANOPY_MODEL_ID")]
+    model_id: Option<String>,
+    /// Address to listen on; port 0 picks a free port (the line `listening on` names it).
+    #[arg(long, env = "CANOPY_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: String,
+    /// Compute backend.
+    #[arg(long, value_enum, env = "CANOPY_BACKEND", default_value_t = BackendKind::Auto)]
+    backend: BackendKind,
+    /// Sequences decoded together; the KV cache holds this many.
+    #[arg(long, env = "CANOPY_MAX_RUNNING", default_value_t = 8)]
+    max_running: usize,
+    /// Requests that may wait for a free sequence; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "CANOPY_MAX_QUEUED", default_value_t = 256)]
+    max_queued: usize,
+    /// Positions (prompt plus output) one sequence may hold; capped at (and by default) the
+    /// model's context length.
+    #[arg(long, env = "CANOPY_MAX_SEQ_LEN")]
+    max_seq_len: Option<usize>,
+    /// Prompt tokens run per step, shared by the requests being prefilled.
+    #[arg(long, env = "CANOPY_PREFILL_CHUNK", default_value_t = DEFAULT_PREFILL_CHUNK)]
+    prefill_chunk: usize,
+    /// How long requests in flight may run on after SIGTERM before they are aborted
+    /// (e.g. 30s, 500ms, 2m).
+    #[arg(long, env = "CANOPY_DRAIN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    drain_grace: Duration,
+    /// Use this Jinja chat template instead of the model's.
+    #[arg(long, value_name = "FILE", env = "CANOPY_CHAT_TEMPLATE")]
+    chat_template: Option<PathBuf>,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.max_running > 0, "--max-running must be at least 1");
+    anyhow::ensure!(args.prefill_chunk > 0, "--prefill-chunk must be at least 1");
+    let started = Instant::now();
+    let path = &args.model;
+    let backend_choice = format!("{:?}", args.backend).to_lowercase();
+    eprintln!("canopy worker: loading {} (backend {backend_choice})", path.display());
+    let file = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let tokenizer = Arc::new(
+        Tokenizer::from_gguf(&file)
+            .with_context(|| format!("building the tokenizer of {}", path.display()))?,
+    );
+    let template = chat_template(&file, &tokenizer, args.chat_template.as_deref())?;
+    let model_id = args.model_id.clone().unwrap_or_else(|| default_model_id(&file, path));
+    let architecture = file.architecture().context("reading general.architecture")?.to_owned();
+
+    let config = SchedulerConfig {
+        max_running: args.max_running,
+        max_queued: args.max_queued,
+        prefill_chunk: args.prefill_chunk,
+    };
+    let options = Qwen3LmOptions {
+        max_sequence_len: args.max_seq_len,
+        max_batch_tokens: config.max_batch_tokens(),
+        max_sequences: config.max_running,
+    };
+    // The model is loaded on the engine thread, which then owns the device; it reports back
+    // where it ended up.
+    let backend = args.backend;
+    let (placed, placement) = mpsc::channel();
+    let engine = Engine::start(Arc::clone(&tokenizer), config, move || {
+        let model = backend.load(&file, options)?;
+        let _ = placed.send((model.backend_name(), model.device()));
+        anyhow::Ok(model)
+    })
+    .with_context(|| format!("loading {}", path.display()))?;
+    let (backend_name, device) = placement.recv().context("the engine thread did not report its device")?;
+    let limits = engine.limits();
+    eprintln!(
+        "canopy worker: loaded {model_id:?} ({architecture}, {device}, {} positions x {} sequences) in {:.1}s",
+        limits.max_sequence_len,
+        config.max_running,
+        started.elapsed().as_secs_f64()
+    );
+
+    let model = ServedModel { model_id, architecture, backend: backend_name.to_owned(), device };
+    let service = WorkerService::new(Arc::new(engine), tokenizer, template, model, config);
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let address = listener.local_addr().context("reading the bound address")?;
+        // Installed before the announcement, so that a SIGTERM right after it drains.
+        let shutdown = shutdown_signal().context("installing the SIGTERM handler")?;
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening on {address}")
+            .and_then(|()| stdout.flush())
+            .context("writing to stdout")?;
+        drop(stdout);
+        serve(listener, service, args.drain_grace, async {
+            shutdown.await;
+            eprintln!("canopy worker: draining (grace {:?})", args.drain_grace);
+        })
+        .await?;
+        eprintln!("canopy worker: stopped");
+        Ok(())
+    })
+}
+
+/// The model's chat template, or none (with a note) when the model has none and no file is
+/// given: the worker then serves prompts and token ids only.
+fn chat_template(
+    file: &GgufFile,
+    tokenizer: &Tokenizer,
+    override_path: Option<&Path>,
+) -> anyhow::Result<Option<ChatTemplate>> {
+    match ChatTemplate::for_model(file, tokenizer, override_path) {
+        Ok(template) => Ok(Some(template)),
+        Err(ChatTemplateError::Missing) => {
+            eprintln!("canopy worker: the model has no chat template; chat input will be refused");
+            Ok(None)
+        }
+        Err(error) => Err(error).context("loading the chat template"),
+    }
+}
+
+/// `general.name`, else the file name without its extension.
+fn default_model_id(file: &GgufFile, path: &Path) -> String {
+    match file.get_str("general.name") {
+        Ok(name) if !name.trim().is_empty() => name.to_owned(),
+        _ => path.file_stem().map_or_else(|| "model".to_owned(), |stem| stem.to_string_lossy().into_owned()),
+    }
+}
+
+/// A duration such as `30s`, `500ms`, `2m`, `1h` or `1.5s`; a bare number is seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 =
+        number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s or 500ms"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?}; use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|error| format!("{text:?}: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_common_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        for bad in ["", "s", "fast", "5 parsecs", "1e9999s", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}
