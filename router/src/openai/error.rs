@@ -59,7 +59,7 @@ impl ApiError {
 
     /// 400: the worker refused the request's parameters.
     pub fn rejected_by_worker(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message).with_code("invalid_request")
     }
 
     /// 400: the prompt (plus the tokens asked for) does not fit the model's context window.
