@@ -4,6 +4,7 @@ mod backend;
 mod bench;
 mod generate;
 mod inspect;
+mod router;
 mod synth;
 mod tokenize;
 
@@ -31,6 +32,8 @@ enum Command {
     Generate(generate::Args),
     /// Measure prefill, decode and forward-pass speed, like llama-bench.
     Bench(bench::Args),
+    /// Serve the OpenAI API over HTTP, forwarding requests to worker daemons.
+    Router(router::Args),
 }
 
 /// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Synth(args) => synth::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Router(args) => router::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

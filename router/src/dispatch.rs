@@ -29,6 +29,9 @@ pub(crate) struct Dispatch {
     pub(crate) deadline: Option<Instant>,
     /// Workers tried at most: 1 + the configured retries.
     pub(crate) max_attempts: u32,
+    /// The consumer holds the output back until the end (a non-streaming answer), so a failure
+    /// after some output can still move to another worker: the client has seen nothing yet.
+    pub(crate) buffered: bool,
 }
 
 /// One step of the worker's output, after it started the request.
@@ -37,6 +40,9 @@ pub(crate) enum Output {
     Text(TextDelta),
     Usage(Usage),
     Finished(Finished),
+    /// The request moved to another worker after some output: drop what was collected so far.
+    /// Only a buffered dispatch produces it.
+    Restarted,
 }
 
 /// Why one attempt on one worker failed.
@@ -72,6 +78,8 @@ pub(crate) struct Generation {
     attempt: Attempt,
     timer: TokenTimer,
     sent_output: bool,
+    /// A failover after output happened and the consumer has not been told yet.
+    restarted: bool,
     finished: bool,
 }
 
@@ -85,7 +93,17 @@ impl Generation {
     ) -> Result<Self, ApiError> {
         let mut tried = Vec::new();
         let attempt = open_with_retries(&pool, &metrics, &dispatch, &mut tried, None).await?;
-        Ok(Self { pool, metrics, dispatch, tried, attempt, timer, sent_output: false, finished: false })
+        Ok(Self {
+            pool,
+            metrics,
+            dispatch,
+            tried,
+            attempt,
+            timer,
+            sent_output: false,
+            restarted: false,
+            finished: false,
+        })
     }
 
     /// The address of the worker serving the request now.
@@ -99,6 +117,9 @@ impl Generation {
         loop {
             if self.finished {
                 return Ok(None);
+            }
+            if std::mem::take(&mut self.restarted) {
+                return Ok(Some(Output::Restarted));
             }
             let received = match self.attempt.pending.take() {
                 Some(event) => Ok(Some(event)),
@@ -150,7 +171,7 @@ impl Generation {
     async fn fail_over(&mut self, failure: Failure) -> Result<(), ApiError> {
         tracing::warn!(request_id = %self.dispatch.request.request_id, worker = %self.worker(),
             error = %failure.error, sent_output = self.sent_output, "generation failed on worker");
-        if self.sent_output || !failure.retryable {
+        if (self.sent_output && !self.dispatch.buffered) || !failure.retryable {
             return Err(failure.error);
         }
         if self.tried.len() >= self.dispatch.max_attempts as usize {
@@ -162,6 +183,8 @@ impl Generation {
             open_with_retries(&self.pool, &self.metrics, &self.dispatch, &mut self.tried, Some(failure))
                 .await?;
         self.attempt = attempt;
+        self.restarted = self.sent_output;
+        self.sent_output = false;
         Ok(())
     }
 }

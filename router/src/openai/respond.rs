@@ -50,7 +50,12 @@ pub(crate) struct Job {
     pub(crate) input_param: &'static str,
 }
 
-async fn start(state: &AppState, request_id: &RequestId, job: Job) -> Result<Generation, ApiError> {
+async fn start(
+    state: &AppState,
+    request_id: &RequestId,
+    job: Job,
+    buffered: bool,
+) -> Result<Generation, ApiError> {
     let arrived = Instant::now();
     let mut request = job.request;
     request.request_id = request_id.as_str().to_string();
@@ -61,6 +66,7 @@ async fn start(state: &AppState, request_id: &RequestId, job: Job) -> Result<Gen
         input_param: job.input_param,
         deadline: timeout.map(|timeout| arrived + timeout),
         max_attempts: state.settings.max_retries.saturating_add(1),
+        buffered,
     };
     Generation::start(state.pool.clone(), state.metrics.clone(), dispatch, TokenTimer::new(arrived)).await
 }
@@ -79,7 +85,7 @@ pub(crate) async fn collect(
 }
 
 async fn collect_output(state: &AppState, request_id: &RequestId, job: Job) -> Result<Collected, ApiError> {
-    let mut generation = start(state, request_id, job).await?;
+    let mut generation = start(state, request_id, job, true).await?;
     let mut collected = Collected::default();
     while let Some(output) = generation.next().await? {
         match output {
@@ -89,6 +95,7 @@ async fn collect_output(state: &AppState, request_id: &RequestId, job: Job) -> R
             }
             Output::Usage(usage) => collected.usage = usage,
             Output::Finished(finished) => collected.finished = finished,
+            Output::Restarted => collected = Collected::default(),
         }
     }
     collected.worker = generation.worker().to_string();
@@ -104,7 +111,7 @@ pub(crate) async fn stream(
     renderer: impl ChunkRenderer,
 ) -> Result<Response, ApiError> {
     let guard = state.metrics.track_request();
-    let generation = match start(state, request_id, job).await {
+    let generation = match start(state, request_id, job, false).await {
         Ok(generation) => generation,
         Err(error) => {
             guard.complete();
@@ -170,6 +177,8 @@ impl<R: ChunkRenderer> SseBody<R> {
                     self.finish();
                     events
                 }
+                // A streamed dispatch is not buffered, so it never restarts after output.
+                Ok(Some(Output::Restarted)) => Vec::new(),
                 Ok(None) => {
                     self.finish();
                     vec![Event::default().data("[DONE]")]

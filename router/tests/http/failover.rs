@@ -100,6 +100,25 @@ async fn no_retry_once_text_was_sent() {
 }
 
 #[tokio::test]
+async fn a_whole_answer_moves_to_another_worker_even_after_some_text() {
+    let steps = vec![started(3), text("half", 1), Step::Fail(Status::unavailable("worker died"))];
+    let failing = FakeWorker::start("tiny", always(steps)).await;
+    let healthy = FakeWorker::start("tiny", always(reply(&["whole"], FinishReason::Stop))).await;
+    let router = TestRouter::start(&[&failing.address, &healthy.address]).await;
+    router.wait_for_metric(&format!("canopy_router_worker_ready{{worker=\"{}\"}} 1", failing.address)).await;
+    router.wait_for_metric(&format!("canopy_router_worker_ready{{worker=\"{}\"}} 1", healthy.address)).await;
+
+    for _ in 0..4 {
+        let response = router.post("/v1/chat/completions", &chat(false)).await;
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["choices"][0]["message"]["content"], "whole", "{body}");
+        assert_eq!(body["usage"]["completion_tokens"], 1);
+    }
+    assert!(failing.generate_calls() >= 1, "the failing worker was tried");
+}
+
+#[tokio::test]
 async fn a_draining_worker_gets_no_new_requests() {
     let draining = FakeWorker::start("tiny", always(reply(&["d"], FinishReason::Stop))).await;
     let serving = FakeWorker::start("tiny", always(reply(&["s"], FinishReason::Stop))).await;
