@@ -164,3 +164,78 @@ impl WorkerPool {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use canopy_proto::v1::{WorkerInfo, WorkerState};
+
+    use super::*;
+
+    /// A pool of never-dialed workers whose status the test sets by hand.
+    fn pool(count: usize) -> WorkerPool {
+        let addresses = (0..count).map(|index| format!("grpc://127.0.0.1:{}", 1 + index)).collect();
+        WorkerPool::new(&RouterConfig::with_workers(addresses)).unwrap()
+    }
+
+    fn serve(pool: &WorkerPool, index: usize, model: &str, context_length: u32) {
+        let mut status = pool.workers[index].status();
+        status.info = Some(WorkerInfo { model_id: model.into(), context_length, ..WorkerInfo::default() });
+        status.serving = true;
+        status.tracker.record_success();
+    }
+
+    #[tokio::test]
+    async fn nothing_known_yet_is_unavailable_not_unknown() {
+        let pool = pool(2);
+        assert!(matches!(pool.route("tiny", &[]), Err(RouteError::NoWorkerAvailable { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_model_no_worker_reported_is_unknown() {
+        let pool = pool(2);
+        serve(&pool, 0, "tiny", 100);
+        assert_eq!(pool.route("other", &[]).unwrap_err(), RouteError::UnknownModel);
+    }
+
+    #[tokio::test]
+    async fn a_known_model_whose_workers_are_down_is_unavailable() {
+        let pool = pool(1);
+        serve(&pool, 0, "tiny", 100);
+        pool.workers[0].status().serving = false;
+        assert!(matches!(pool.route("tiny", &[]), Err(RouteError::NoWorkerAvailable { .. })));
+    }
+
+    #[tokio::test]
+    async fn routing_skips_draining_and_excluded_workers_and_prefers_the_idle() {
+        let pool = pool(3);
+        for index in 0..3 {
+            serve(&pool, index, "tiny", 100);
+        }
+        pool.workers[0].status().load = Some(WorkerState { draining: true, ..WorkerState::default() });
+        let busy = pool.route("tiny", &[2]).unwrap();
+        assert_eq!(busy.index, 1);
+        // Worker 1 now has a request open, so the idle worker 2 goes next, again and again.
+        for _ in 0..3 {
+            assert_eq!(pool.route("tiny", &[]).unwrap().index, 2);
+        }
+        drop(busy);
+        assert!(matches!(pool.route("tiny", &[1, 2]), Err(RouteError::NoWorkerAvailable { .. })));
+    }
+
+    #[tokio::test]
+    async fn models_are_listed_once_with_the_smallest_context() {
+        let pool = pool(3);
+        serve(&pool, 0, "tiny", 4096);
+        serve(&pool, 1, "tiny", 2048);
+        serve(&pool, 2, "big", 8192);
+        pool.workers[2].status().serving = false;
+        let models = pool.models();
+        assert_eq!(
+            models,
+            vec![
+                ServedModel { id: "big".into(), context_length: 8192, ready_workers: 0 },
+                ServedModel { id: "tiny".into(), context_length: 2048, ready_workers: 2 },
+            ]
+        );
+    }
+}

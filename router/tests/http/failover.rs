@@ -41,6 +41,38 @@ async fn idle_workers_share_requests() {
     );
 }
 
+/// Hangs after the first text for prompts that say "hang", answers at once otherwise.
+fn hang_on_request() -> crate::fake_worker::Script {
+    std::sync::Arc::new(|request: &canopy_proto::v1::GenerateRequest| {
+        if format!("{:?}", request.input).contains("hang") {
+            Ok(vec![started(1), text("waiting", 1), Step::Hang])
+        } else {
+            Ok(reply(&["quick"], FinishReason::Stop))
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_busy_worker_gets_no_requests_while_another_is_idle() {
+    let first = FakeWorker::start("tiny", hang_on_request()).await;
+    let second = FakeWorker::start("tiny", hang_on_request()).await;
+    let router = TestRouter::start(&[&first.address, &second.address]).await;
+    router.wait_for_metric(&format!("canopy_router_worker_ready{{worker=\"{}\"}} 1", first.address)).await;
+    router.wait_for_metric(&format!("canopy_router_worker_ready{{worker=\"{}\"}} 1", second.address)).await;
+
+    let hanging = json!({"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "hang"}]});
+    let mut open_stream = router.post("/v1/chat/completions", &hanging).await;
+    let busy = open_stream.headers()["x-canopy-worker"].to_str().unwrap().to_string();
+    open_stream.chunk().await.unwrap().expect("the stream started");
+    router
+        .wait_for_metric(&format!("canopy_router_worker_outstanding_requests{{worker=\"{busy}\"}} 1"))
+        .await;
+
+    let workers = served_by(&router, 4).await;
+    assert!(workers.iter().all(|worker| *worker != busy), "{busy} is busy: {workers:?}");
+    drop(open_stream);
+}
+
 #[tokio::test]
 async fn a_worker_that_fails_before_starting_is_retried_on_another() {
     let failing = FakeWorker::start("tiny", refuse(Status::unavailable("shutting down"))).await;
