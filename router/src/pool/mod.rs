@@ -61,7 +61,8 @@ impl WorkerPool {
         let workers = config
             .workers
             .iter()
-            .filter(|address| !address.trim().is_empty())
+            .map(|address| address.trim())
+            .filter(|address| !address.is_empty())
             .map(|address| {
                 let tracker =
                     HealthTracker::new(config.health_failure_threshold, config.health_success_threshold);
