@@ -4,6 +4,7 @@ mod backend;
 mod bench;
 mod generate;
 mod inspect;
+mod router;
 mod synth;
 mod tokenize;
 mod worker;
@@ -34,6 +35,8 @@ enum Command {
     Bench(bench::Args),
     /// Serve a model over gRPC as a canopy worker until SIGTERM, then drain.
     Worker(worker::Args),
+    /// Serve the OpenAI API over HTTP, forwarding requests to worker daemons.
+    Router(router::Args),
 }
 
 /// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Worker(args) => worker::run(&args),
+        Command::Router(args) => router::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
