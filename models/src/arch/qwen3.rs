@@ -11,8 +11,8 @@ use canopy_kernels::backend::{
 };
 
 use super::load::{MetadataReader, invalid, matrix, vector};
-use super::{ArchError, ForwardOutput, LogitRows, SequenceInput};
 use super::step_graphs::{StepGraphs, StepShape};
+use super::{ArchError, ForwardOutput, LogitRows, SequenceInput};
 use crate::gguf::GgufFile;
 use crate::kv::{KvCache, KvConfig};
 

@@ -1,8 +1,8 @@
 //! Recording a sequence of kernel launches as a CUDA graph and replaying it, which removes the
 //! per-launch host cost of a decode step (hundreds of small launches per token).
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 
 use super::context::{Device, device_error, driver};
 use crate::backend::BackendError;
@@ -37,9 +37,8 @@ pub(super) fn record<E: From<BackendError>>(
     // The capture must end whatever happened, or the stream stays unusable.
     let captured = device.stream.end_capture(CUgraphInstantiate_flags(0));
     submitted?;
-    let graph = captured
-        .map_err(driver(OP))?
-        .ok_or_else(|| device_error(OP, "the capture recorded no graph"))?;
+    let graph =
+        captured.map_err(driver(OP))?.ok_or_else(|| device_error(OP, "the capture recorded no graph"))?;
     graph.upload().map_err(driver(OP))?;
     Ok(CudaGraphExec(graph))
 }
