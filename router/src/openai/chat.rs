@@ -1,8 +1,7 @@
 //! `POST /v1/chat/completions`: the answer object and the `chat.completion.chunk` stream.
 
 use axum::extract::State;
-use axum::http::HeaderValue;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use canopy_proto::v1::{Finished, TextDelta, Usage};
 use serde_json::{Value, json};
 
@@ -10,7 +9,7 @@ use super::chat_request::ChatCompletionRequest;
 use super::error::ApiError;
 use super::json::JsonBody;
 use super::logprobs;
-use super::respond::{self, ChunkRenderer, Job, WORKER_HEADER, finish_reason, unix_seconds, usage_json};
+use super::respond::{self, ChunkRenderer, Job, finish_reason, unix_seconds, usage_json};
 use crate::ids::random_hex;
 use crate::middleware::RequestId;
 use crate::state::AppState;
@@ -46,11 +45,7 @@ pub(crate) async fn chat_completions(
         }],
         "usage": usage_json(&collected.usage),
     });
-    let mut response = axum::Json(body).into_response();
-    if let Ok(worker) = HeaderValue::from_str(&collected.worker) {
-        response.headers_mut().insert(WORKER_HEADER, worker);
-    }
-    Ok(response)
+    Ok(respond::json_answer(body, &collected.worker))
 }
 
 /// The fields every chunk of one answer repeats.

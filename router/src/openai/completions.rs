@@ -1,8 +1,7 @@
 //! `POST /v1/completions`: the legacy text completion API, for one prompt (text or token ids).
 
 use axum::extract::State;
-use axum::http::HeaderValue;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use canopy_proto::v1::{Finished, GenerateRequest, TextDelta, TokenIds, Usage, generate_request::Input};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -11,7 +10,7 @@ use super::error::ApiError;
 use super::json::JsonBody;
 use super::logprobs;
 use super::params::{self, SamplingFields, Stop, StreamOptions};
-use super::respond::{self, ChunkRenderer, Job, WORKER_HEADER, finish_reason, unix_seconds, usage_json};
+use super::respond::{self, ChunkRenderer, Job, finish_reason, unix_seconds, usage_json};
 use crate::ids::random_hex;
 use crate::middleware::RequestId;
 use crate::state::AppState;
@@ -172,11 +171,7 @@ pub(crate) async fn completions(
         }],
         "usage": usage_json(&collected.usage),
     });
-    let mut response = axum::Json(body).into_response();
-    if let Ok(worker) = HeaderValue::from_str(&collected.worker) {
-        response.headers_mut().insert(WORKER_HEADER, worker);
-    }
-    Ok(response)
+    Ok(respond::json_answer(body, &collected.worker))
 }
 
 struct CompletionChunks {

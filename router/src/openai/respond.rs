@@ -22,7 +22,7 @@ use crate::state::AppState;
 
 /// The response header naming the worker that served a request, so a client or an operator can
 /// see where it went.
-pub(crate) const WORKER_HEADER: &str = "x-canopy-worker";
+const WORKER_HEADER: &str = "x-canopy-worker";
 
 /// Renders one endpoint's stream chunks.
 pub(crate) trait ChunkRenderer: Send + 'static {
@@ -118,7 +118,7 @@ pub(crate) async fn stream(
             return Err(error);
         }
     };
-    let worker = HeaderValue::from_str(generation.worker()).ok();
+    let worker = generation.worker().to_owned();
     let metrics = state.metrics.clone();
     let body =
         SseBody { generation, renderer, guard: Some(guard), usage: None, phase: Phase::Opening, metrics };
@@ -127,10 +127,19 @@ pub(crate) async fn stream(
         Sse::new(events).keep_alive(KeepAlive::new().interval(state.settings.sse_keep_alive)).into_response();
     // Tells nginx-style proxies not to buffer the stream.
     response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
-    if let Some(worker) = worker {
+    Ok(with_worker_header(response, &worker))
+}
+
+/// A non-streaming answer: `body` as JSON, naming the worker that produced it.
+pub(crate) fn json_answer(body: Value, worker: &str) -> Response {
+    with_worker_header(axum::Json(body).into_response(), worker)
+}
+
+fn with_worker_header(mut response: Response, worker: &str) -> Response {
+    if let Ok(worker) = HeaderValue::from_str(worker) {
         response.headers_mut().insert(WORKER_HEADER, worker);
     }
-    Ok(response)
+    response
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
