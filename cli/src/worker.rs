@@ -48,7 +48,7 @@ pub struct Args {
     prefill_chunk: usize,
     /// How long requests in flight may run on after SIGTERM before they are aborted
     /// (e.g. 30s, 500ms, 2m).
-    #[arg(long, env = "CANOPY_DRAIN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "CANOPY_DRAIN_GRACE", default_value = "30s", value_parser = canopy_router::parse_duration)]
     drain_grace: Duration,
     /// Use this Jinja chat template instead of the model's.
     #[arg(long, value_name = "FILE", env = "CANOPY_CHAT_TEMPLATE")]
@@ -147,40 +147,5 @@ fn default_model_id(file: &GgufFile, path: &Path) -> String {
     match file.get_str("general.name") {
         Ok(name) if !name.trim().is_empty() => name.to_owned(),
         _ => path.file_stem().map_or_else(|| "model".to_owned(), |stem| stem.to_string_lossy().into_owned()),
-    }
-}
-
-/// A duration such as `30s`, `500ms`, `2m`, `1h` or `1.5s`; a bare number is seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 =
-        number.parse().map_err(|_| format!("{text:?} is not a duration such as 30s or 500ms"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?}; use ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|error| format!("{text:?}: {error}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_take_common_units() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-        for bad in ["", "s", "fast", "5 parsecs", "1e9999s", "-1s"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
     }
 }
