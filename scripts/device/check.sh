@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device call: parity of every CUDA op with the CPU, CPU-vs-CUDA greedy ids on whole models,
+# then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
+# target/device/ (see docs/performance.md for the build commands); results go to $OUT.
+# Usage: scripts/device/check.sh [parity] [small] [8b] [bf16]   (default: all but bf16)
+set -uo pipefail
+bin=target/device
+out=${OUT:-/tmp/canopy-out}
+mkdir -p "$out"
+steps=${*:-parity small 8b}
+models=/tmp/canopy-models
+mkdir -p "$models"
+export CANOPY_KERNEL_CACHE=${CANOPY_KERNEL_CACHE:-/tmp/canopy-kernel-cache}
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.txt"
+
+has() { [[ " $steps " == *" $1 "* ]]; }
+
+same_ids() {  # model prompt tokens
+    local cpu cuda
+    cpu=$("$bin/canopy" generate "$1" --prompt "$2" -n "$3" --ids --backend cpu 2>/dev/null)
+    cuda=$("$bin/canopy" generate "$1" --prompt "$2" -n "$3" --ids --backend cuda 2>>"$out/generate.err")
+    if [ "$cpu" == "$cuda" ]; then echo "ids equal: $1 ($3 tokens)"; else echo "IDS DIFFER: $1"; echo " cpu  $cpu"; echo " cuda $cuda"; fi
+}
+
+if has parity; then
+    CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 --nocapture >"$out/parity.txt" 2>&1
+    echo "parity exit $?"; grep -E "^parity|test result|FAILED|panicked" "$out/parity.txt" | tail -40
+    same_ids models/testdata/models/qwen3-tiny-f32.gguf "Hello there" 24 | tee -a "$out/ids.txt"
+fi
+if has small; then
+    "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    same_ids "$models/q06.gguf" "The quick brown fox" 32 | tee -a "$out/ids.txt"
+    "$bin/canopy" bench "$models/q06.gguf" --backend cuda --long --repetitions 5 2>&1 | tee "$out/bench-q06.txt"
+fi
+if has 8b; then
+    start=$(date +%s)
+    "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --out "$models/q8b.gguf" >/dev/null
+    echo "synth 8b: $(( $(date +%s) - start )) s"
+    same_ids "$models/q8b.gguf" "The quick brown fox" 16 | tee -a "$out/ids.txt"
+    "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 5 2>&1 | tee "$out/bench-q8b.txt"
+fi
+if has bf16; then
+    "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null
+    "$bin/canopy" bench "$models/b8b.gguf" --backend cuda --prefill 512 --decode 128 --forward 1,23 --repetitions 3 2>&1 | tee "$out/bench-b8b.txt"
+fi
