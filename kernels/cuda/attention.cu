@@ -1,63 +1,69 @@
-// Paged multi-sequence attention, one warp per (query row, head), with an online softmax over the
-// keys the row may see: the committed context, then the new tokens its mask allows.
-// Lane l holds dimensions l, l + 32, ... of the query and of the running output.
+// Paged multi-sequence attention. One block per (query row, head); its warps take turns on chunks
+// of 32 keys and merge their online-softmax states in shared memory at the end, so a decode row
+// spreads its context over ATTENTION_WARPS warps instead of walking it key by key.
 //
-// The batch description is the flattened AttentionLayout: per sequence the five fields
+// Within a chunk, lane l scores key l (a whole q . k dot product from the query in shared memory),
+// the chunk's softmax takes one warp reduction, and the value rows are then read coalesced, lanes
+// over dimensions: lane l holds dimensions l, l + 32, ... of the running output.
+//
+// The keys a row sees are the committed context, then the new tokens its mask allows. The batch
+// description is the flattened AttentionLayout: per sequence the five fields
 // (q_start, n_new, n_past, table_start, mask), the concatenated block tables, and per query row
 // its tree parent (index among its sequence's new tokens, or TREE_ROOT).
 
-#define ATTENTION_WARPS 4
-#define MAX_DIMS_PER_LANE 16
+#define ATTENTION_WARPS 8
+#define MAX_HEAD_DIM 512
+#define MAX_DIMS_PER_LANE (MAX_HEAD_DIM / WARP_SIZE)
 #define SEQ_FIELDS 5
 #define MASK_CAUSAL 0
 #define MASK_BIDIRECTIONAL 1
 #define MASK_TREE 2
 #define TREE_ROOT 0xffffffffu
 
-struct OnlineSoftmax {
-    float max;
-    float sum;
-    float acc[MAX_DIMS_PER_LANE];
-};
+// Whether new token j is node i itself or one of its ancestors. The walk is bounded, so a
+// malformed parent array cannot loop.
+__device__ bool tree_sees(const u32 *parents, u32 n_new, u32 i, u32 j) {
+    u32 node = i;
+    for (u32 steps = 0; node != TREE_ROOT && node < n_new && steps <= n_new; ++steps) {
+        if (node == j) {
+            return true;
+        }
+        node = parents[node];
+    }
+    return false;
+}
 
-__device__ __forceinline__ void attend(OnlineSoftmax &state, const float *q, const float *k, const float *v,
-                                       u32 head_dim, float scale) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    float partial = 0.0f;
-#pragma unroll
-    for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
-        const u32 d = lane + j * WARP_SIZE;
-        if (d < head_dim) {
-            partial += q[j] * k[d];
+__device__ float dot_row(const float *q, const float *k, u32 head_dim) {
+    float sum = 0.0f;
+    if (head_dim % 4 == 0) {
+        for (u32 d = 0; d < head_dim; d += 4) {
+            const float4 kv = *(const float4 *)(k + d);
+            sum += q[d] * kv.x + q[d + 1] * kv.y + q[d + 2] * kv.z + q[d + 3] * kv.w;
+        }
+    } else {
+        for (u32 d = 0; d < head_dim; ++d) {
+            sum += q[d] * k[d];
         }
     }
-    const float score = warp_sum(partial) * scale;
-    const float new_max = fmaxf(state.max, score);
-    // expf(-inf) = 0 on the first key, while the accumulators are still zero.
-    const float rescale = expf(state.max - new_max);
-    const float weight = expf(score - new_max);
-    state.sum = state.sum * rescale + weight;
-#pragma unroll
-    for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
-        const u32 d = lane + j * WARP_SIZE;
-        if (d < head_dim) {
-            state.acc[j] = state.acc[j] * rescale + weight * v[d];
-        }
-    }
-    state.max = new_max;
+    return sum;
 }
 
 extern "C" __global__ void attention(const float *q, const float *k_pool, const float *v_pool,
                                      const u32 *sequences, u32 n_sequences, const u32 *block_tables,
                                      const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,
                                      u32 n_kv_heads, u32 head_dim, float scale, float *out) {
-    const u32 task = blockIdx.x * ATTENTION_WARPS + threadIdx.x / WARP_SIZE;
+    __shared__ float q_shared[MAX_HEAD_DIM];
+    __shared__ float max_shared[ATTENTION_WARPS];
+    __shared__ float sum_shared[ATTENTION_WARPS];
+    __shared__ float acc_shared[ATTENTION_WARPS][MAX_HEAD_DIM];
+
+    const u32 row = blockIdx.x / n_heads;
+    const u32 head = blockIdx.x % n_heads;
     const int lane = threadIdx.x % WARP_SIZE;
-    if (task >= n_rows * n_heads) {
+    const int warp = threadIdx.x / WARP_SIZE;
+    if (row >= n_rows) {
         return;
     }
-    const u32 row = task / n_heads;
-    const u32 head = task % n_heads;
 
     // Rows are packed in sequence order: find the first sequence that ends after `row`.
     u32 lo = 0, hi = n_sequences;
@@ -77,57 +83,103 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
     const u32 q_start = seq[0], n_new = seq[1], n_past = seq[2], table_start = seq[3], mask = seq[4];
     const u32 i = row - q_start;
     const u32 *table = block_tables + table_start;
+    const u32 *parents = tree_parents + q_start;
     const u32 kv_row_len = n_kv_heads * head_dim;
     const size_t kv_offset = (size_t)(head / (n_heads / n_kv_heads)) * head_dim;
+    // Keys past `end` are never visible: a causal row stops at itself.
+    const u32 end = n_past + (mask == MASK_CAUSAL ? i + 1 : n_new);
 
-    float q_lane[MAX_DIMS_PER_LANE];
     const float *q_head = q + ((size_t)row * n_heads + head) * head_dim;
-    OnlineSoftmax state;
-    state.max = -INFINITY;
-    state.sum = 0.0f;
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        q_shared[d] = q_head[d];
+    }
+    __syncthreads();
+
+    float running_max = -INFINITY;
+    float running_sum = 0.0f;
+    float acc[MAX_DIMS_PER_LANE];
 #pragma unroll
     for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
-        const u32 d = lane + j * WARP_SIZE;
-        q_lane[j] = d < head_dim ? q_head[d] : 0.0f;
-        state.acc[j] = 0.0f;
+        acc[j] = 0.0f;
     }
 
-#define ATTEND_POSITION(position)                                                                   \
-    do {                                                                                           \
-        const u32 p_ = (position);                                                                 \
-        const size_t slot_ = (size_t)table[p_ / block_size] * block_size + p_ % block_size;        \
-        const size_t at_ = slot_ * kv_row_len + kv_offset;                                         \
-        attend(state, q_lane, k_pool + at_, v_pool + at_, head_dim, scale);                        \
-    } while (0)
-
-    for (u32 p = 0; p < n_past; ++p) {
-        ATTEND_POSITION(p);
-    }
-    if (mask == MASK_TREE) {
-        // Ancestors from the node up; the softmax does not depend on the order of its keys.
-        const u32 *parents = tree_parents + q_start;
-        u32 node = i;
-        u32 steps = 0;
-        while (node != TREE_ROOT && node < n_new && steps <= n_new) {
-            ATTEND_POSITION(n_past + node);
-            node = parents[node];
-            ++steps;
+    for (u32 base = warp * WARP_SIZE; base < end; base += ATTENTION_WARPS * WARP_SIZE) {
+        const u32 p = base + lane;
+        bool visible = p < end;
+        if (visible && p >= n_past && mask == MASK_TREE) {
+            visible = tree_sees(parents, n_new, i, p - n_past);
         }
-    } else {
-        const u32 visible = mask == MASK_BIDIRECTIONAL ? n_new : i + 1;
-        for (u32 j = 0; j < visible; ++j) {
-            ATTEND_POSITION(n_past + j);
+        size_t at = 0;
+        float score = -INFINITY;
+        if (visible) {
+            const size_t slot = (size_t)table[p / block_size] * block_size + p % block_size;
+            at = slot * kv_row_len + kv_offset;
+            score = dot_row(q_shared, k_pool + at, head_dim) * scale;
+        }
+        const float chunk_max = warp_max(score);
+        if (chunk_max == -INFINITY) {
+            continue;
+        }
+        const float new_max = fmaxf(running_max, chunk_max);
+        // expf(-inf) = 0 on the first chunk, while the accumulators are still zero.
+        const float rescale = expf(running_max - new_max);
+        const float weight = visible ? expf(score - new_max) : 0.0f;
+        running_sum = running_sum * rescale + warp_sum(weight);
+        running_max = new_max;
+#pragma unroll
+        for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
+            acc[j] *= rescale;
+        }
+        for (int t = 0; t < WARP_SIZE; ++t) {
+            const float w = __shfl_sync(FULL_MASK, weight, t);
+            const size_t key_at = __shfl_sync(FULL_MASK, at, t);
+            if (w == 0.0f) {
+                continue;
+            }
+            const float *v = v_pool + key_at;
+#pragma unroll
+            for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
+                const u32 d = lane + j * WARP_SIZE;
+                if (d < head_dim) {
+                    acc[j] = fmaf(w, v[d], acc[j]);
+                }
+            }
         }
     }
-#undef ATTEND_POSITION
 
-    const float inv_sum = 1.0f / state.sum;
-    float *out_head = out + ((size_t)row * n_heads + head) * head_dim;
+    if (lane == 0) {
+        max_shared[warp] = running_max;
+        sum_shared[warp] = running_sum;
+    }
 #pragma unroll
     for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
         const u32 d = lane + j * WARP_SIZE;
         if (d < head_dim) {
-            out_head[d] = state.acc[j] * inv_sum;
+            acc_shared[warp][d] = acc[j];
         }
+    }
+    __syncthreads();
+
+    float block_max_value = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATTENTION_WARPS; ++w) {
+        block_max_value = fmaxf(block_max_value, max_shared[w]);
+    }
+    float factor[ATTENTION_WARPS];
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ATTENTION_WARPS; ++w) {
+        factor[w] = max_shared[w] == -INFINITY ? 0.0f : expf(max_shared[w] - block_max_value);
+        total += sum_shared[w] * factor[w];
+    }
+    const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+    float *out_head = out + ((size_t)row * n_heads + head) * head_dim;
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float value = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATTENTION_WARPS; ++w) {
+            value += acc_shared[w][d] * factor[w];
+        }
+        out_head[d] = value * inv_total;
     }
 }

@@ -1,4 +1,4 @@
-//! Paged attention, one warp per (query row, head).
+//! Paged attention, one block per (query row, head) whose warps split the keys (attention.cu).
 
 use cudarc::driver::PushKernelArg;
 
@@ -7,9 +7,9 @@ use super::context::{Device, driver, grid, to_u32};
 use super::memory::CudaTensor;
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
 
-/// Query heads per block, one per warp (`ATTENTION_WARPS` in attention.cu).
-const WARPS: usize = 4;
-/// The largest head the kernel holds in registers (`32 * MAX_DIMS_PER_LANE` in attention.cu).
+/// Warps per block, sharing one row's keys (`ATTENTION_WARPS` in attention.cu).
+const WARPS: u32 = 8;
+/// The largest head the kernel holds in registers and shared memory (`MAX_HEAD_DIM` in attention.cu).
 pub const MAX_HEAD_DIM: usize = 512;
 
 pub(super) fn attention(
@@ -56,6 +56,6 @@ pub(super) fn attention(
         .arg(&mut out.buf);
     // SAFETY: the shape check sizes `q`, `out` and both pools against the batch, whose arrays
     // come from a validated layout.
-    unsafe { launch.launch(grid(OP, tasks.div_ceil(WARPS), 32 * WARPS as u32)?) }.map_err(driver(OP))?;
+    unsafe { launch.launch(grid(OP, tasks, 32 * WARPS)?) }.map_err(driver(OP))?;
     Ok(())
 }

@@ -5,7 +5,10 @@
 //! back to the CPU backend. Kernel sources are the `.cu` files of `kernels/cuda/`, embedded in the
 //! binary and compiled to CUBIN on first use, cached on disk (see [`cache_dir`]).
 //!
-//! Weights stay in their GGUF block format on the device. Embedding and matmul support F32, F16,
+//! Weights stay in their GGUF block format on the device. Matmuls of up to 64 input rows (decode
+//! and tree verify) run matrix-vector kernels that read each weight byte once per tile; larger
+//! batches run through cuBLAS on the tensor cores (f16 operands) when the library is present.
+//! `CANOPY_CUDA_GEMM_MIN_ROWS` moves that threshold, for tuning. Embedding and matmul support F32, F16,
 //! BF16, Q8_0, Q4_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
 //!
 //! Index arrays live on the device, so out-of-range ids, slots or rows are not reported as
@@ -18,10 +21,12 @@ mod compile;
 mod context;
 mod elementwise;
 mod error;
+mod gemm;
 mod graph;
 mod matmul;
 mod memory;
 mod norm;
+mod probe;
 mod rope;
 mod rows;
 mod sampling;
@@ -40,11 +45,16 @@ pub use sources::{KERNEL_SOURCES, KernelSource};
 use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
 use crate::quant::GgmlType;
 use context::Device;
+use gemm::Gemm;
 
 /// One CUDA device. Ops go to one stream in submission order; host-side results are complete
 /// when the call returns.
 pub struct CudaBackend {
     device: Device,
+    /// Tensor-core GEMM for prefill-sized matmuls; absent without cuBLAS.
+    gemm: Option<Gemm>,
+    /// The smallest batch that takes the GEMM.
+    gemm_min_rows: usize,
     name: String,
 }
 
@@ -52,12 +62,19 @@ impl CudaBackend {
     /// Opens device `ordinal` and loads every kernel, compiling those not in the cache.
     pub fn new(ordinal: usize) -> Result<Self, CudaError> {
         let device = Device::open(ordinal)?;
-        Ok(Self { device, name: format!("cuda:{ordinal}") })
+        let gemm = Gemm::open(&device);
+        Ok(Self { device, gemm, gemm_min_rows: gemm::min_gemm_rows(), name: format!("cuda:{ordinal}") })
     }
 
     /// The architecture the kernels were compiled for, `sm_XY`.
     pub fn arch(&self) -> &str {
         &self.device.arch
+    }
+
+    /// The device's read bandwidth in bytes per second, measured by streaming 2 GiB through a
+    /// kernel (the median of ten runs; takes well under a second on a current GPU).
+    pub fn read_bandwidth(&self) -> Result<f64, BackendError> {
+        probe::read_bandwidth(&self.device)
     }
 }
 
@@ -162,7 +179,13 @@ impl Backend for CudaBackend {
         n_rows: usize,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
-        matmul::matmul(&self.device, x, weight, n_rows, out)
+        match &self.gemm {
+            Some(gemm) if n_rows >= self.gemm_min_rows && Gemm::supports(weight.ty) => {
+                super::shape::matmul(x, weight, n_rows, out)?;
+                gemm.matmul(&self.device, x, weight, n_rows, out)
+            }
+            _ => matmul::matmul(&self.device, x, weight, n_rows, out),
+        }
     }
 
     fn rope(

@@ -10,28 +10,17 @@ use super::memory::{CudaIndex, CudaTensor, CudaWeight};
 use crate::backend::{BackendError, shape};
 use crate::quant::GgmlType;
 
-/// The kernel of `prefix` (`"embed"`, `"matvec"`) for weights of type `ty`.
-pub(super) fn format_kernel(
-    op: &'static str,
-    prefix: &str,
-    ty: GgmlType,
-) -> Result<&'static str, BackendError> {
-    let name = match (prefix, ty) {
-        ("embed", GgmlType::F32) => "embed_f32",
-        ("embed", GgmlType::F16) => "embed_f16",
-        ("embed", GgmlType::Bf16) => "embed_bf16",
-        ("embed", GgmlType::Q8_0) => "embed_q8_0",
-        ("embed", GgmlType::Q4K) => "embed_q4_k",
-        ("embed", GgmlType::Q6K) => "embed_q6_k",
-        ("matvec", GgmlType::F32) => "matvec_f32",
-        ("matvec", GgmlType::F16) => "matvec_f16",
-        ("matvec", GgmlType::Bf16) => "matvec_bf16",
-        ("matvec", GgmlType::Q8_0) => "matvec_q8_0",
-        ("matvec", GgmlType::Q4K) => "matvec_q4_k",
-        ("matvec", GgmlType::Q6K) => "matvec_q6_k",
+/// The embedding kernel for tables of type `ty`.
+fn embed_kernel(op: &'static str, ty: GgmlType) -> Result<&'static str, BackendError> {
+    Ok(match ty {
+        GgmlType::F32 => "embed_f32",
+        GgmlType::F16 => "embed_f16",
+        GgmlType::Bf16 => "embed_bf16",
+        GgmlType::Q8_0 => "embed_q8_0",
+        GgmlType::Q4K => "embed_q4_k",
+        GgmlType::Q6K => "embed_q6_k",
         _ => return Err(BackendError::Unsupported { op, ty }),
-    };
-    Ok(name)
+    })
 }
 
 pub(super) fn embed(
@@ -46,7 +35,7 @@ pub(super) fn embed(
     if n_rows == 0 || table.cols == 0 {
         return Ok(());
     }
-    let kernel = format_kernel(OP, "embed", table.ty)?;
+    let kernel = embed_kernel(OP, table.ty)?;
     let row_bytes = table.row_bytes as u64;
     let table_rows = to_u32(OP, "table rows", table.rows)?;
     let cols = to_u32(OP, "cols", table.cols)?;

@@ -1,0 +1,50 @@
+// Operand preparation for the tensor-core GEMM that matmul uses for prefill: block-format weights
+// decoded to f16 rows, and f32 activations rounded to f16 or bf16 (to match the weight operand).
+// Outputs are raw 16-bit patterns.
+
+#define CONVERT_THREADS 256
+
+template <int FMT>
+__device__ void dequantize_f16(const u8 *weight, size_t row_bytes, u32 rows, u32 cols, u16 *out) {
+    typedef Format<FMT> F;
+    const u32 chunks_per_row = cols / F::CHUNK;
+    const size_t total = (size_t)rows * chunks_per_row;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const size_t row = i / chunks_per_row;
+        const u32 chunk = i % chunks_per_row;
+        float values[F::CHUNK];
+        F::decode(weight + row * row_bytes, chunk, values);
+        u16 *dst = out + row * cols + (size_t)chunk * F::CHUNK;
+#pragma unroll
+        for (int k = 0; k < F::CHUNK; ++k) {
+            dst[k] = __half_as_ushort(__float2half_rn(values[k]));
+        }
+    }
+}
+
+#define DEQUANTIZE_KERNEL(NAME, FMT)                                                               \
+    extern "C" __global__ void NAME(const u8 *weight, size_t row_bytes, u32 rows, u32 cols,         \
+                                    u16 *out) {                                                    \
+        dequantize_f16<FMT>(weight, row_bytes, rows, cols, out);                                   \
+    }
+
+DEQUANTIZE_KERNEL(dequantize_f16_q8_0, FMT_Q8_0)
+DEQUANTIZE_KERNEL(dequantize_f16_q4_k, FMT_Q4_K)
+DEQUANTIZE_KERNEL(dequantize_f16_q6_k, FMT_Q6_K)
+
+extern "C" __global__ void round_f16(const float *x, size_t n, u16 *out) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        out[i] = __half_as_ushort(__float2half_rn(x[i]));
+    }
+}
+
+// Round to nearest even on the bits; NaN stays a (quiet) NaN.
+extern "C" __global__ void round_bf16(const float *x, size_t n, u16 *out) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const u32 bits = __float_as_uint(x[i]);
+        out[i] = isnan(x[i]) ? (u16)((bits >> 16) | 0x40) : (u16)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    }
+}

@@ -1,0 +1,47 @@
+//! The device's measured read bandwidth, the floor that decode speed is judged against.
+
+use std::time::Instant;
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use super::context::{Device, driver};
+use crate::backend::BackendError;
+
+const OP: &str = "read_bandwidth";
+/// Bytes streamed per run: far past the L2 cache of any current GPU.
+const PROBE_BYTES: usize = 2 << 30;
+const THREADS: u32 = 256;
+/// Blocks per SM kept in flight: enough loads outstanding to saturate HBM.
+const BLOCKS_PER_SM: u32 = 8;
+const WARMUP: usize = 2;
+const RUNS: usize = 10;
+
+/// Median bytes per second of a kernel that reads [`PROBE_BYTES`] once.
+pub(super) fn read_bandwidth(device: &Device) -> Result<f64, BackendError> {
+    let floats = PROBE_BYTES / 4;
+    let data = device.stream.alloc_zeros::<f32>(floats).map_err(driver(OP))?;
+    let sms = device
+        .stream
+        .context()
+        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(driver(OP))?;
+    let blocks = u32::try_from(sms).unwrap_or(1).max(1) * BLOCKS_PER_SM;
+    let mut sums = device.stream.alloc_zeros::<f32>((blocks * THREADS) as usize).map_err(driver(OP))?;
+    let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    let vectors = (floats / 4) as u64;
+    let mut seconds = Vec::with_capacity(RUNS);
+    for run in 0..WARMUP + RUNS {
+        device.stream.synchronize().map_err(driver(OP))?;
+        let start = Instant::now();
+        let mut launch = device.stream.launch_builder(device.function(OP, "read_probe")?);
+        launch.arg(&data).arg(&vectors).arg(&mut sums);
+        // SAFETY: `data` holds `vectors` float4s; `sums` one float per launched thread.
+        unsafe { launch.launch(config) }.map_err(driver(OP))?;
+        device.stream.synchronize().map_err(driver(OP))?;
+        if run >= WARMUP {
+            seconds.push(start.elapsed().as_secs_f64());
+        }
+    }
+    seconds.sort_by(f64::total_cmp);
+    Ok(PROBE_BYTES as f64 / seconds[RUNS / 2])
+}
