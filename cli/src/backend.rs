@@ -67,6 +67,19 @@ impl LoadedModel {
     }
 }
 
+impl LoadedModel {
+    /// The device's measured read bandwidth in bytes per second; `None` on the CPU, where it is
+    /// not measured.
+    pub fn read_bandwidth(&self) -> anyhow::Result<Option<f64>> {
+        match self {
+            Self::Cpu(_) => Ok(None),
+            Self::Cuda(model) => {
+                Ok(Some(model.backend().read_bandwidth().context("measuring read bandwidth")?))
+            }
+        }
+    }
+}
+
 impl CausalLm for LoadedModel {
     type Error = ArchError;
 

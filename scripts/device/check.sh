@@ -13,6 +13,8 @@ mkdir -p "$models"
 export CANOPY_KERNEL_CACHE=${CANOPY_KERNEL_CACHE:-/tmp/canopy-kernel-cache}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.txt"
 
+ldconfig -p | grep -E "libcublas\.|libnvrtc\." | head -4
+
 has() { [[ " $steps " == *" $1 "* ]]; }
 
 same_ids() {  # model prompt tokens
@@ -26,18 +28,26 @@ if has parity; then
     CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 --nocapture >"$out/parity.txt" 2>&1
     echo "parity exit $?"; grep -E "^parity|test result|FAILED|panicked" "$out/parity.txt" | tail -40
     same_ids models/testdata/models/qwen3-tiny-f32.gguf "Hello there" 24 | tee -a "$out/ids.txt"
+    if command -v cuobjdump >/dev/null; then
+        for cubin in "$CANOPY_KERNEL_CACHE"/*; do cuobjdump -res-usage "$cubin" 2>/dev/null; done >"$out/resources.txt"
+        grep -A1 "matvec_decode_q4_k\|matvec_batch_q4_k\|matvec_decode_q6_k" "$out/resources.txt" | grep -o "REG:[0-9]*\|STACK:[0-9]*\|LOCAL:[0-9]*" | tr '\n' ' '; echo
+    fi
 fi
 if has small; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
     same_ids "$models/q06.gguf" "The quick brown fox" 32 | tee -a "$out/ids.txt"
     "$bin/canopy" bench "$models/q06.gguf" --backend cuda --long --repetitions 5 2>&1 | tee "$out/bench-q06.txt"
+    CANOPY_CUDA_GEMM_MIN_ROWS=2 "$bin/canopy" bench "$models/q06.gguf" --backend cuda --decode 0 \
+        --forward 2,4,8,16,23,32,64 --repetitions 5 2>&1 | tee "$out/bench-q06-gemm.txt"
 fi
 if has 8b; then
     start=$(date +%s)
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --out "$models/q8b.gguf" >/dev/null
     echo "synth 8b: $(( $(date +%s) - start )) s"
     same_ids "$models/q8b.gguf" "The quick brown fox" 16 | tee -a "$out/ids.txt"
-    "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 5 2>&1 | tee "$out/bench-q8b.txt"
+    "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 3 2>&1 | tee "$out/bench-q8b.txt"
+    CANOPY_CUDA_GEMM_MIN_ROWS=2 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
+        --forward 2,4,8,16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-q8b-gemm.txt"
 fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null

@@ -12,8 +12,11 @@ pub struct BenchConfig {
     pub prefill_sizes: Vec<usize>,
     /// Prompt tokens per prefill forward pass.
     pub prefill_chunk: usize,
-    /// Tokens to decode one at a time from an empty cache ("tg" run); 0 skips it.
+    /// Tokens to decode one at a time ("tg" runs); 0 skips them.
     pub decode_tokens: usize,
+    /// Context depths the decode runs start from (0 is an empty cache); the context is
+    /// prefilled once per depth, untimed.
+    pub decode_depths: Vec<usize>,
     /// Batch sizes of single forward passes from an empty cache ("fwd" runs).
     pub forward_sizes: Vec<usize>,
     /// Timed runs of each measurement; the median is reported.
@@ -28,6 +31,7 @@ impl Default for BenchConfig {
             prefill_sizes: vec![512],
             prefill_chunk: 512,
             decode_tokens: 128,
+            decode_depths: vec![0],
             forward_sizes: vec![1, 8, 16, 23, 32, 64],
             repetitions: 5,
             warmup: 1,
@@ -40,7 +44,7 @@ impl Default for BenchConfig {
 pub enum BenchKind {
     /// Prefill of a prompt from an empty cache.
     Prefill,
-    /// Token-by-token decoding from an empty cache.
+    /// Token-by-token decoding after a context of some depth.
     Decode,
     /// One forward pass of a batch of tokens from an empty cache.
     Forward,
@@ -64,14 +68,16 @@ pub struct BenchResult {
     pub kind: BenchKind,
     /// Tokens per run.
     pub tokens: usize,
+    /// Context positions already in the cache when a run starts (decode runs only).
+    pub depth: usize,
     /// Every timed run, in order.
     pub runs: Vec<Duration>,
 }
 
 impl BenchResult {
-    /// The llama-bench style name: `pp512`, `tg128`, `fwd23`.
+    /// The llama-bench style name: `pp512`, `tg128`, `tg128@d4096`, `fwd23`.
     pub fn name(&self) -> String {
-        format!("{}{}", self.kind.prefix(), self.tokens)
+        test_name(self.kind, self.tokens, self.depth)
     }
 
     /// The median run time.
@@ -92,15 +98,29 @@ impl BenchResult {
     }
 }
 
+fn test_name(kind: BenchKind, tokens: usize, depth: usize) -> String {
+    match depth {
+        0 => format!("{}{tokens}", kind.prefix()),
+        _ => format!("{}{tokens}@d{depth}", kind.prefix()),
+    }
+}
+
 /// Measures `config` on sequence 0 of `model`'s cache. Sizes beyond the model's sequence limit
-/// are skipped and returned separately.
+/// are skipped and named in the report.
 pub fn run_bench<M: CausalLm>(model: &mut M, config: &BenchConfig) -> Result<BenchReport, EngineError> {
     if config.prefill_chunk == 0 {
         return Err(EngineError::ZeroPrefillChunk);
     }
     let max = model.max_sequence_len();
     let vocab_size = model.vocab_size();
-    let longest_prompt = config.prefill_sizes.iter().chain(&config.forward_sizes).copied().max().unwrap_or(0);
+    let longest_prompt = config
+        .prefill_sizes
+        .iter()
+        .chain(&config.forward_sizes)
+        .chain(&config.decode_depths)
+        .copied()
+        .max()
+        .unwrap_or(0);
     // Ids spread over the vocabulary, made once so that timed runs do not allocate.
     let prompt =
         (0..longest_prompt.min(max)).map(|i| (i.wrapping_mul(7919) % vocab_size.max(1)) as u32).collect();
@@ -115,20 +135,29 @@ pub fn run_bench<M: CausalLm>(model: &mut M, config: &BenchConfig) -> Result<Ben
     let planned = config
         .prefill_sizes
         .iter()
-        .map(|&n| (BenchKind::Prefill, n))
-        .chain((config.decode_tokens > 0).then_some((BenchKind::Decode, config.decode_tokens)))
-        .chain(config.forward_sizes.iter().map(|&n| (BenchKind::Forward, n)));
-    for (kind, tokens) in planned {
-        if tokens == 0 || tokens > max {
-            report.skipped.push((kind, tokens));
+        .map(|&n| (BenchKind::Prefill, n, 0))
+        .chain(
+            config
+                .decode_depths
+                .iter()
+                .filter(|_| config.decode_tokens > 0)
+                .map(|&depth| (BenchKind::Decode, config.decode_tokens, depth)),
+        )
+        .chain(config.forward_sizes.iter().map(|&n| (BenchKind::Forward, n, 0)));
+    for (kind, tokens, depth) in planned {
+        if tokens == 0 || depth + tokens > max {
+            report.skipped.push(test_name(kind, tokens, depth));
             continue;
+        }
+        if depth > 0 {
+            bench.prefill(depth, config.prefill_chunk)?;
         }
         let runs = bench.measure(|bench| match kind {
             BenchKind::Prefill => bench.prefill(tokens, config.prefill_chunk),
-            BenchKind::Decode => bench.decode(tokens),
+            BenchKind::Decode => bench.decode(depth, tokens),
             BenchKind::Forward => bench.prefill(tokens, tokens),
         })?;
-        report.results.push(BenchResult { kind, tokens, runs });
+        report.results.push(BenchResult { kind, tokens, depth, runs });
     }
     Ok(report)
 }
@@ -138,8 +167,9 @@ pub fn run_bench<M: CausalLm>(model: &mut M, config: &BenchConfig) -> Result<Ben
 pub struct BenchReport {
     /// The measurements, in the order they ran.
     pub results: Vec<BenchResult>,
-    /// Measurements left out because their size was 0 or beyond the model's sequence limit.
-    pub skipped: Vec<(BenchKind, usize)>,
+    /// The names of measurements left out because their size was 0 or beyond the model's
+    /// sequence limit.
+    pub skipped: Vec<String>,
 }
 
 struct Bench<'m, M> {
@@ -182,10 +212,11 @@ impl<M: CausalLm> Bench<'_, M> {
         Ok(())
     }
 
-    /// `tokens` single-token steps, each feeding back the argmax of the previous step.
-    fn decode(&mut self, tokens: usize) -> Result<(), EngineError> {
+    /// `tokens` single-token steps from position `depth`, each feeding back the argmax of the
+    /// previous step.
+    fn decode(&mut self, depth: usize, tokens: usize) -> Result<(), EngineError> {
         let mut token = 0;
-        for position in 0..tokens {
+        for position in depth..depth + tokens {
             self.forward(position, &[token], true)?;
             token = argmax(&self.logits);
         }
@@ -251,6 +282,7 @@ mod tests {
             prefill_sizes: vec![10, 100],
             prefill_chunk: 4,
             decode_tokens: 3,
+            decode_depths: vec![0],
             forward_sizes: vec![2, 5],
             repetitions: 3,
             warmup: 1,
@@ -258,7 +290,7 @@ mod tests {
         let report = run_bench(&mut model, &config).unwrap();
         let names: Vec<String> = report.results.iter().map(BenchResult::name).collect();
         assert_eq!(names, ["pp10", "tg3", "fwd2", "fwd5"]);
-        assert_eq!(report.skipped, vec![(BenchKind::Prefill, 100)]);
+        assert_eq!(report.skipped, ["pp100"]);
         assert!(report.results.iter().all(|r| r.runs.len() == 3));
         // pp10 in chunks of 4: 3 passes; tg3: 3 passes; fwd: 1 pass each; 4 runs of each.
         assert_eq!(model.calls.len(), 4 * (3 + 3 + 1 + 1));
@@ -273,13 +305,37 @@ mod tests {
     }
 
     #[test]
+    fn decode_at_depth_prefills_the_context_once_then_decodes_after_it() {
+        let mut model = Recorder { max_len: 20, calls: Vec::new() };
+        let config = BenchConfig {
+            prefill_sizes: vec![],
+            prefill_chunk: 8,
+            decode_tokens: 2,
+            decode_depths: vec![10, 19],
+            forward_sizes: vec![],
+            repetitions: 2,
+            warmup: 0,
+        };
+        let report = run_bench(&mut model, &config).unwrap();
+        let names: Vec<String> = report.results.iter().map(BenchResult::name).collect();
+        assert_eq!(names, ["tg2@d10"]);
+        assert_eq!(report.skipped, ["tg2@d19"]);
+        let calls: Vec<(usize, usize)> = model.calls.iter().map(|(n, t, _)| (*n, t.len())).collect();
+        // The context in chunks of 8, once; then two runs of two steps at positions 10 and 11.
+        assert_eq!(calls, [(0, 8), (8, 2), (10, 1), (11, 1), (10, 1), (11, 1)]);
+    }
+
+    #[test]
     fn the_median_and_rate_come_from_the_runs() {
         let millis = |ms: &[u64]| ms.iter().map(|&m| Duration::from_millis(m)).collect();
-        let odd = BenchResult { kind: BenchKind::Prefill, tokens: 100, runs: millis(&[30, 10, 20]) };
+        let odd =
+            BenchResult { kind: BenchKind::Prefill, tokens: 100, depth: 0, runs: millis(&[30, 10, 20]) };
         assert_eq!(odd.median(), Duration::from_millis(20));
         assert!((odd.tokens_per_second() - 5000.0).abs() < 1e-6);
-        let even = BenchResult { kind: BenchKind::Decode, tokens: 8, runs: millis(&[40, 10, 20, 30]) };
+        let even =
+            BenchResult { kind: BenchKind::Decode, tokens: 8, depth: 0, runs: millis(&[40, 10, 20, 30]) };
         assert_eq!(even.median(), Duration::from_millis(25));
         assert_eq!(even.name(), "tg8");
+        assert_eq!(BenchResult { depth: 4096, ..even }.name(), "tg8@d4096");
     }
 }
