@@ -39,6 +39,7 @@ pub struct BoundRouter {
     listener: TcpListener,
     local_addr: SocketAddr,
     app: Router,
+    pool: Arc<WorkerPool>,
     /// The worker monitor tasks; dropped (and so stopped) when serving ends.
     monitors: JoinSet<()>,
 }
@@ -63,17 +64,24 @@ pub async fn bind(config: RouterConfig) -> Result<BoundRouter, RouterError> {
         listener.local_addr().map_err(|source| RouterError::Bind { address: config.listen, source })?;
     let monitors = pool.spawn_monitors(&config);
     let state = AppState {
-        pool,
+        pool: pool.clone(),
         metrics: Arc::new(Metrics::new()),
         settings: Arc::new(Settings::from_config(&config, openai_now())),
     };
-    Ok(BoundRouter { listener, local_addr, app: app(state), monitors })
+    Ok(BoundRouter { listener, local_addr, app: app(state), pool, monitors })
 }
 
 impl BoundRouter {
     /// The address actually bound (the real port when the configured one was 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// How many workers take requests now: their health check and Info answered, and they
+    /// are serving and not draining. The monitors run from [`bind`] on, so this rises before
+    /// [`run`](Self::run), which lets an embedder wait for its workers before it announces itself.
+    pub fn ready_workers(&self) -> usize {
+        self.pool.snapshots().iter().filter(|worker| worker.routable).count()
     }
 
     /// Serves until `shutdown` completes, then stops accepting and waits for open requests.
