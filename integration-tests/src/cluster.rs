@@ -67,3 +67,11 @@ pub fn start_worker(index: usize, extra: &[&str]) -> CanopyProcess {
 /// Generous for anything a test waits on: the machine may be a loaded 2-core CI box running
 /// debug builds.
 pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// `canopy serve` on a free port with the bundled model as [`MODEL_ID`], on the CPU whatever the
+/// machine has (one worker), plus `extra` flags.
+pub fn start_serve(extra: &[&str]) -> CanopyProcess {
+    let args =
+        ["serve", "--model", MODEL, "--model-id", MODEL_ID, "--listen", "127.0.0.1:0", "--backend", "cpu"];
+    CanopyProcess::start("serve", args.iter().chain(extra))
+}

@@ -114,3 +114,28 @@ impl Drop for CanopyProcess {
         }
     }
 }
+
+/// The processes whose parent is `pid`, from /proc (Linux).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| stat_fields(child).is_some_and(|(_, parent)| parent == pid))
+        .collect()
+}
+
+/// Whether `pid` runs: it exists and is not a zombie waiting to be reaped.
+pub fn is_alive(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
+}
+
+/// The state letter and parent pid from /proc/PID/stat (after the parenthesised command name,
+/// which may itself hold spaces and parentheses).
+fn stat_fields(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
