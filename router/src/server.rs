@@ -9,6 +9,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -87,6 +88,13 @@ impl BoundRouter {
     /// Serves until `shutdown` completes, then stops accepting and waits for open requests.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RouterError> {
         let Self { listener, app, monitors, .. } = self;
+        // Without TCP_NODELAY, Nagle's algorithm can hold the last bytes of an answer or an SSE
+        // event until the client's delayed ACK (about 40 ms on Linux).
+        let listener = listener.tap_io(|connection| {
+            if let Err(error) = connection.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+            }
+        });
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
         drop(monitors);
         served.map_err(RouterError::Serve)
