@@ -3,11 +3,16 @@
 mod backend;
 mod bench;
 mod generate;
+mod gpus;
 mod inspect;
+mod local_workers;
 mod router;
+mod serve;
+mod signals;
 mod synth;
 mod tokenize;
 mod worker;
+mod worker_options;
 
 use std::process::ExitCode;
 
@@ -37,6 +42,8 @@ enum Command {
     Worker(worker::Args),
     /// Serve the OpenAI API over HTTP, forwarding requests to worker daemons.
     Router(router::Args),
+    /// Serve a model on this machine: the router in front of one worker per GPU (or a CPU one).
+    Serve(serve::Args),
 }
 
 /// Exit code for input the tool cannot use (a bad file, bad ids); clap uses 2 for bad flags too.
@@ -52,6 +59,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Worker(args) => worker::run(&args),
         Command::Router(args) => router::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,8 @@
 use anyhow::Context;
 use canopy_router::RouterConfig;
 
+use crate::signals;
+
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -17,7 +19,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Logs to stderr (stdout carries the `listening on` line); `RUST_LOG` picks what, info by default.
-fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Fails only when a subscriber is already set, which then keeps logging.
@@ -28,33 +30,10 @@ fn init_logging() {
 /// accepting and lets open requests finish. A second signal exits at once, for when a stream
 /// would hold the shutdown up for too long.
 async fn shutdown_requested() {
-    signal().await;
+    signals::termination().await;
     eprintln!("canopy router: shutting down; open requests may finish (signal again to exit now)");
     tokio::spawn(async {
-        signal().await;
-        std::process::exit(130);
+        signals::termination().await;
+        std::process::exit(signals::EXIT_INTERRUPTED);
     });
-}
-
-async fn signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                terminate.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
-    }
 }

@@ -5,17 +5,17 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use canopy_models::chat_template::{ChatTemplate, ChatTemplateError};
 use canopy_models::gguf::GgufFile;
 use canopy_models::tokenizer::Tokenizer;
-use canopy_worker::engine::{DEFAULT_PREFILL_CHUNK, Qwen3LmOptions};
+use canopy_worker::engine::Qwen3LmOptions;
 use canopy_worker::scheduler::{Engine, SchedulerConfig};
 use canopy_worker::server::{ServedModel, WorkerService, serve, shutdown_signal};
 
-use crate::backend::BackendKind;
+use crate::worker_options::EngineOptions;
 
 /// Serve a model as a canopy worker. Progress goes to stderr; once the server accepts
 /// connections, stdout gets the line `listening on ADDR`.
@@ -24,66 +24,42 @@ pub struct Args {
     /// The GGUF model.
     #[arg(long, env = "CANOPY_MODEL")]
     model: PathBuf,
-    /// The name clients use for the model (default: the GGUF's general.name, else the file stem).
-    #[arg(long, env = "CANOPY_MODEL_ID")]
-    model_id: Option<String>,
     /// Address to listen on; port 0 picks a free port (the line `listening on` names it).
     #[arg(long, env = "CANOPY_LISTEN", default_value = "127.0.0.1:50051")]
     listen: String,
-    /// Compute backend.
-    #[arg(long, value_enum, env = "CANOPY_BACKEND", default_value_t = BackendKind::Auto)]
-    backend: BackendKind,
-    /// Sequences decoded together; the KV cache holds this many.
-    #[arg(long, env = "CANOPY_MAX_RUNNING", default_value_t = 8)]
-    max_running: usize,
-    /// Requests that may wait for a free sequence; more are refused with RESOURCE_EXHAUSTED.
-    #[arg(long, env = "CANOPY_MAX_QUEUED", default_value_t = 256)]
-    max_queued: usize,
-    /// Positions (prompt plus output) one sequence may hold; capped at (and by default) the
-    /// model's context length.
-    #[arg(long, env = "CANOPY_MAX_SEQ_LEN")]
-    max_seq_len: Option<usize>,
-    /// Prompt tokens run per step, shared by the requests being prefilled.
-    #[arg(long, env = "CANOPY_PREFILL_CHUNK", default_value_t = DEFAULT_PREFILL_CHUNK)]
-    prefill_chunk: usize,
-    /// How long requests in flight may run on after SIGTERM before they are aborted
-    /// (e.g. 30s, 500ms, 2m).
-    #[arg(long, env = "CANOPY_DRAIN_GRACE", default_value = "30s", value_parser = canopy_router::parse_duration)]
-    drain_grace: Duration,
-    /// Use this Jinja chat template instead of the model's.
-    #[arg(long, value_name = "FILE", env = "CANOPY_CHAT_TEMPLATE")]
-    chat_template: Option<PathBuf>,
+    #[command(flatten)]
+    engine: EngineOptions,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    anyhow::ensure!(args.max_running > 0, "--max-running must be at least 1");
-    anyhow::ensure!(args.prefill_chunk > 0, "--prefill-chunk must be at least 1");
+    anyhow::ensure!(args.engine.max_running > 0, "--max-running must be at least 1");
+    anyhow::ensure!(args.engine.prefill_chunk > 0, "--prefill-chunk must be at least 1");
     let started = Instant::now();
     let path = &args.model;
-    let backend_choice = format!("{:?}", args.backend).to_lowercase();
+    let backend_choice = format!("{:?}", args.engine.backend).to_lowercase();
     eprintln!("canopy worker: loading {} (backend {backend_choice})", path.display());
     let file = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
     let tokenizer = Arc::new(
         Tokenizer::from_gguf(&file)
             .with_context(|| format!("building the tokenizer of {}", path.display()))?,
     );
-    let template = chat_template(&file, &tokenizer, args.chat_template.as_deref())?;
-    let model_id = args.model_id.clone().unwrap_or_else(|| default_model_id(&file, path));
+    let template = chat_template(&file, &tokenizer, args.engine.chat_template.as_deref())?;
+    let model_id = args.engine.model_id.clone().unwrap_or_else(|| default_model_id(&file, path));
     let architecture = file.architecture().context("reading general.architecture")?.to_owned();
 
     let config = SchedulerConfig {
-        max_running: args.max_running,
-        max_queued: args.max_queued,
-        prefill_chunk: args.prefill_chunk,
+        max_running: args.engine.max_running,
+        max_queued: args.engine.max_queued,
+        prefill_chunk: args.engine.prefill_chunk,
     };
     let options = Qwen3LmOptions {
-        max_sequence_len: args.max_seq_len,
+        max_sequence_len: args.engine.max_seq_len,
         max_batch_tokens: config.max_batch_tokens(),
         max_sequences: config.max_running,
     };
     // The model is loaded on the engine thread, which then owns the device; it reports back
     // where it ended up.
-    let backend = args.backend;
+    let backend = args.engine.backend;
     let (placed, placement) = mpsc::channel();
     let engine = Engine::start(Arc::clone(&tokenizer), config, move || {
         let model = backend.load(&file, options)?;
@@ -115,9 +91,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .and_then(|()| stdout.flush())
             .context("writing to stdout")?;
         drop(stdout);
-        serve(listener, service, args.drain_grace, async {
+        serve(listener, service, args.engine.drain_grace, async {
             shutdown.await;
-            eprintln!("canopy worker: draining (grace {:?})", args.drain_grace);
+            eprintln!("canopy worker: draining (grace {:?})", args.engine.drain_grace);
         })
         .await?;
         eprintln!("canopy worker: stopped");

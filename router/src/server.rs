@@ -9,6 +9,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -39,6 +40,7 @@ pub struct BoundRouter {
     listener: TcpListener,
     local_addr: SocketAddr,
     app: Router,
+    pool: Arc<WorkerPool>,
     /// The worker monitor tasks; dropped (and so stopped) when serving ends.
     monitors: JoinSet<()>,
 }
@@ -63,11 +65,11 @@ pub async fn bind(config: RouterConfig) -> Result<BoundRouter, RouterError> {
         listener.local_addr().map_err(|source| RouterError::Bind { address: config.listen, source })?;
     let monitors = pool.spawn_monitors(&config);
     let state = AppState {
-        pool,
+        pool: pool.clone(),
         metrics: Arc::new(Metrics::new()),
         settings: Arc::new(Settings::from_config(&config, openai_now())),
     };
-    Ok(BoundRouter { listener, local_addr, app: app(state), monitors })
+    Ok(BoundRouter { listener, local_addr, app: app(state), pool, monitors })
 }
 
 impl BoundRouter {
@@ -76,9 +78,23 @@ impl BoundRouter {
         self.local_addr
     }
 
+    /// How many workers take requests now: their health check and Info answered, and they
+    /// are serving and not draining. The monitors run from [`bind`] on, so this rises before
+    /// [`run`](Self::run), which lets an embedder wait for its workers before it announces itself.
+    pub fn ready_workers(&self) -> usize {
+        self.pool.snapshots().iter().filter(|worker| worker.routable).count()
+    }
+
     /// Serves until `shutdown` completes, then stops accepting and waits for open requests.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RouterError> {
         let Self { listener, app, monitors, .. } = self;
+        // Without TCP_NODELAY, Nagle's algorithm can hold the last bytes of an answer or an SSE
+        // event until the client's delayed ACK (about 40 ms on Linux).
+        let listener = listener.tap_io(|connection| {
+            if let Err(error) = connection.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+            }
+        });
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
         drop(monitors);
         served.map_err(RouterError::Serve)

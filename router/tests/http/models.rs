@@ -75,3 +75,20 @@ async fn a_router_whose_workers_are_all_down_starts_and_answers_503() {
     expect_error(response, 503, "no_worker_available").await;
     router.stop().await.expect("a clean shutdown");
 }
+
+#[tokio::test]
+async fn a_bound_router_counts_its_ready_workers_before_it_serves() {
+    let up = FakeWorker::start("tiny", always(vec![])).await;
+    let down = unreachable_address().await;
+    let router = canopy_router::bind(crate::harness::fast_config(&[&up.address, &down])).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while router.ready_workers() < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the worker that is up never became ready");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    up.set_serving(false).await;
+    while router.ready_workers() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "a worker that stopped serving stayed ready");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

@@ -50,7 +50,9 @@ pub async fn serve(
         Server::builder()
             .add_service(health_service)
             .add_service(WorkerServer::new(service))
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+            // Without TCP_NODELAY, Nagle's algorithm holds a response's last small frames until
+            // the client's delayed ACK: about 40 ms added to every short request on Linux.
+            .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), async {
                 // A dropped sender closes the server as well.
                 let _ = closed.await;
             }),
