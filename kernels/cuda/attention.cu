@@ -1,6 +1,8 @@
-// Paged multi-sequence attention. One block per (query row, head); its warps take turns on chunks
-// of 32 keys and merge their online-softmax states in shared memory at the end, so a decode row
-// spreads its context over ATTENTION_WARPS warps instead of walking it key by key.
+// Paged multi-sequence attention. Each (query row, head) gets n_splits blocks, each taking an even
+// share of the row's 32-key chunks; a block's warps take turns on its chunks and merge their
+// online-softmax states in shared memory. With one split the block writes the output; with more
+// (decode, where rows x heads alone would leave most SMs idle) each block writes its state
+// (max, sum, unnormalised output) to `partials` and attention_combine merges them.
 //
 // Within a chunk, lane l scores key l (a whole q . k dot product from the query in shared memory),
 // the chunk's softmax takes one warp reduction, and the value rows are then read coalesced, lanes
@@ -36,6 +38,8 @@ __device__ bool tree_sees(const u32 *parents, u32 n_new, u32 i, u32 j) {
 __device__ float dot_row(const float *q, const float *k, u32 head_dim) {
     float sum = 0.0f;
     if (head_dim % 4 == 0) {
+        // Unrolled so that several 16-byte loads of the key row are in flight at once.
+#pragma unroll 8
         for (u32 d = 0; d < head_dim; d += 4) {
             const float4 kv = *(const float4 *)(k + d);
             sum += q[d] * kv.x + q[d + 1] * kv.y + q[d + 2] * kv.z + q[d + 3] * kv.w;
@@ -51,16 +55,26 @@ __device__ float dot_row(const float *q, const float *k, u32 head_dim) {
 extern "C" __global__ void attention(const float *q, const float *k_pool, const float *v_pool,
                                      const u32 *sequences, u32 n_sequences, const u32 *block_tables,
                                      const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,
-                                     u32 n_kv_heads, u32 head_dim, float scale, float *out) {
+                                     u32 n_kv_heads, u32 head_dim, float scale, u32 n_splits,
+                                     float *partials, float *out) {
     __shared__ float q_shared[MAX_HEAD_DIM];
     __shared__ float max_shared[ATTENTION_WARPS];
     __shared__ float sum_shared[ATTENTION_WARPS];
     __shared__ float acc_shared[ATTENTION_WARPS][MAX_HEAD_DIM];
 
-    const u32 row = blockIdx.x / n_heads;
-    const u32 head = blockIdx.x % n_heads;
+    const u32 task = blockIdx.x / n_splits;
+    const u32 split = blockIdx.x % n_splits;
+    const u32 row = task / n_heads;
+    const u32 head = task % n_heads;
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
+    // This split's state when the output is merged from several: max, sum, then the output
+    // scaled by exp(-max). A block with nothing to attend leaves an empty state.
+    float *state = partials + (size_t)blockIdx.x * (head_dim + 2);
+    if (n_splits > 1 && threadIdx.x == 0) {
+        state[0] = -INFINITY;
+        state[1] = 0.0f;
+    }
     if (row >= n_rows) {
         return;
     }
@@ -103,8 +117,11 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
         acc[j] = 0.0f;
     }
 
-    for (u32 base = warp * WARP_SIZE; base < end; base += ATTENTION_WARPS * WARP_SIZE) {
-        const u32 p = base + lane;
+    const u32 n_chunks = (end + WARP_SIZE - 1) / WARP_SIZE;
+    const u32 first_chunk = (u32)((u64)n_chunks * split / n_splits);
+    const u32 last_chunk = (u32)((u64)n_chunks * (split + 1) / n_splits);
+    for (u32 chunk = first_chunk + warp; chunk < last_chunk; chunk += ATTENTION_WARPS) {
+        const u32 p = chunk * WARP_SIZE + lane;
         bool visible = p < end;
         if (visible && p >= n_past && mask == MASK_TREE) {
             visible = tree_sees(parents, n_new, i, p - n_past);
@@ -130,17 +147,17 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
         for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
             acc[j] *= rescale;
         }
+        // Unrolled so that the value rows of several keys are loaded at once; masked keys
+        // (weight 0) load nothing.
+#pragma unroll 8
         for (int t = 0; t < WARP_SIZE; ++t) {
             const float w = __shfl_sync(FULL_MASK, weight, t);
             const size_t key_at = __shfl_sync(FULL_MASK, at, t);
-            if (w == 0.0f) {
-                continue;
-            }
             const float *v = v_pool + key_at;
 #pragma unroll
             for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
                 const u32 d = lane + j * WARP_SIZE;
-                if (d < head_dim) {
+                if (w != 0.0f && d < head_dim) {
                     acc[j] = fmaf(w, v[d], acc[j]);
                 }
             }
@@ -172,14 +189,56 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
         factor[w] = max_shared[w] == -INFINITY ? 0.0f : expf(max_shared[w] - block_max_value);
         total += sum_shared[w] * factor[w];
     }
-    const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
-    float *out_head = out + ((size_t)row * n_heads + head) * head_dim;
+    if (n_splits == 1) {
+        const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+        float *out_head = out + (size_t)task * head_dim;
+        for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            float value = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ATTENTION_WARPS; ++w) {
+                value += acc_shared[w][d] * factor[w];
+            }
+            out_head[d] = value * inv_total;
+        }
+        return;
+    }
+    if (threadIdx.x == 0) {
+        state[0] = block_max_value;
+        state[1] = total;
+    }
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float value = 0.0f;
 #pragma unroll
         for (int w = 0; w < ATTENTION_WARPS; ++w) {
             value += acc_shared[w][d] * factor[w];
         }
-        out_head[d] = value * inv_total;
+        state[2 + d] = value;
+    }
+}
+
+// Merges the n_splits states of each (row, head) task into its output row. One block per task.
+extern "C" __global__ void attention_combine(const float *partials, u32 n_splits, u32 head_dim, float *out) {
+    const float *states = partials + (size_t)blockIdx.x * n_splits * (head_dim + 2);
+    float max_value = -INFINITY;
+    for (u32 s = 0; s < n_splits; ++s) {
+        max_value = fmaxf(max_value, states[(size_t)s * (head_dim + 2)]);
+    }
+    float total = 0.0f;
+    for (u32 s = 0; s < n_splits; ++s) {
+        const float *state = states + (size_t)s * (head_dim + 2);
+        if (state[0] != -INFINITY) {
+            total += state[1] * expf(state[0] - max_value);
+        }
+    }
+    const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float value = 0.0f;
+        for (u32 s = 0; s < n_splits; ++s) {
+            const float *state = states + (size_t)s * (head_dim + 2);
+            if (state[0] != -INFINITY) {
+                value += state[2 + d] * expf(state[0] - max_value);
+            }
+        }
+        out[(size_t)blockIdx.x * head_dim + d] = value * inv_total;
     }
 }

@@ -4,21 +4,29 @@
 
 #define CONVERT_THREADS 256
 
+// One chunk of F::CHUNK (8 or 16) elements per thread and step, stored as 16-byte vectors: the
+// output is the bulk of this kernel's traffic. The launcher checks that rows * cols / CHUNK fits
+// in 32 bits.
 template <int FMT>
 __device__ void dequantize_f16(const u8 *weight, size_t row_bytes, u32 rows, u32 cols, u16 *out) {
     typedef Format<FMT> F;
     const u32 chunks_per_row = cols / F::CHUNK;
-    const size_t total = (size_t)rows * chunks_per_row;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-        const size_t row = i / chunks_per_row;
+    const u32 total = rows * chunks_per_row;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const u32 row = i / chunks_per_row;
         const u32 chunk = i % chunks_per_row;
         float values[F::CHUNK];
-        F::decode(weight + row * row_bytes, chunk, values);
-        u16 *dst = out + row * cols + (size_t)chunk * F::CHUNK;
+        F::decode(weight + (size_t)row * row_bytes, chunk, values);
+        u32 packed[F::CHUNK / 2];
 #pragma unroll
-        for (int k = 0; k < F::CHUNK; ++k) {
-            dst[k] = __half_as_ushort(__float2half_rn(values[k]));
+        for (int k = 0; k < F::CHUNK / 2; ++k) {
+            packed[k] = (u32)__half_as_ushort(__float2half_rn(values[2 * k])) |
+                        ((u32)__half_as_ushort(__float2half_rn(values[2 * k + 1])) << 16);
+        }
+        uint4 *dst = (uint4 *)(out + (size_t)row * cols + (size_t)chunk * F::CHUNK);
+#pragma unroll
+        for (int v = 0; v < F::CHUNK / 8; ++v) {
+            dst[v] = make_uint4(packed[4 * v], packed[4 * v + 1], packed[4 * v + 2], packed[4 * v + 3]);
         }
     }
 }

@@ -123,7 +123,7 @@ fn matmul_matches_cpu_for_every_supported_type_and_batch() {
     let mut rng = Rng::new(2);
     // 37 rows leave a partial block of rows. 256 columns leave warps without a group of blocks,
     // 1280 a partial group (five Q4_K blocks); 1030 columns are no whole number of 16-byte loads
-    // for the element-wise formats. 11 input rows leave a partial tile; 70 take many tiles.
+    // for the element-wise formats. 3, 5 and 11 input rows leave a partial tile; 70 take the GEMM.
     let rows = 37;
     let element_wise = [GgmlType::F32, GgmlType::F16, GgmlType::Bf16].map(|ty| (ty, 1030));
     let shapes = WEIGHT_TYPES.iter().flat_map(|&ty| [(ty, 256), (ty, 1280)]).chain(element_wise);
@@ -131,7 +131,7 @@ fn matmul_matches_cpu_for_every_supported_type_and_batch() {
         let bytes = random_weight(ty, rows, cols, &mut rng);
         let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
         let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
-        for n_rows in [1, 3, 8, 11, 70] {
+        for n_rows in [1, 3, 5, 8, 11, 70] {
             let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
             let mut cpu_out = cpu.zeros(n_rows * rows).unwrap();
             let mut gpu_out = gpu.zeros(n_rows * rows).unwrap();
@@ -372,6 +372,9 @@ fn attention_matches_cpu_for_every_mask() {
         Sequence { n_past: 3, n_new: 0, mask: Mask::Causal, table: vec![19] },
         // Longer than one pass of the block's warps over 32-key chunks.
         Sequence { n_past: 700, n_new: 3, mask: Mask::Causal, table: (20..196).rev().collect() },
+        // Enough rows that 8 heads fill an H200 without splitting a row's keys across blocks;
+        // the other head counts still split.
+        Sequence { n_past: 0, n_new: 70, mask: Mask::Causal, table: (196..214).collect() },
     ];
     let specs: Vec<SequenceSpec<'_>> = sequences
         .iter()

@@ -19,6 +19,8 @@ pub(super) struct Device {
     functions: HashMap<&'static str, CudaFunction>,
     /// The architecture the kernels were compiled for, `sm_XY`.
     pub arch: String,
+    /// Streaming multiprocessors, for sizing grids that must fill the device.
+    pub sm_count: usize,
 }
 
 impl Device {
@@ -33,6 +35,8 @@ impl Device {
         unsafe { context.disable_event_tracking() };
         let (major, minor) = context.compute_capability()?;
         let arch = format!("sm_{major}{minor}");
+        let sm_count = context
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let mut functions = HashMap::new();
         for source in KERNEL_SOURCES {
             let module = context.load_module(Ptx::from_binary(cache::cubin(&nvrtc, source, &arch)?))?;
@@ -41,7 +45,12 @@ impl Device {
             }
         }
         // A stream of our own: the legacy default stream cannot be recorded into a graph.
-        Ok(Self { stream: context.new_stream()?, functions, arch })
+        Ok(Self {
+            stream: context.new_stream()?,
+            functions,
+            arch,
+            sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
+        })
     }
 
     /// The loaded kernel `name`.

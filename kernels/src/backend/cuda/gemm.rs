@@ -19,6 +19,9 @@ use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
 /// By default, batches of more input rows than the largest tree verify (64) take the GEMM.
+/// Measured on an H200 (docs/performance.md), the GEMM already wins from 4 rows for the K-quants
+/// and 8 for the other types; lowering the default waits for those recorded steps (which then
+/// launch cuBLAS inside a graph) to be checked on the device.
 const DEFAULT_MIN_GEMM_ROWS: usize = 65;
 
 /// The smallest batch that takes the GEMM: `$CANOPY_CUDA_GEMM_MIN_ROWS` when set to a positive
@@ -46,6 +49,9 @@ pub(super) struct Gemm {
 struct Scratch {
     weight: Option<CudaSlice<u16>>,
     x: Option<CudaSlice<u16>>,
+    /// Buffers outgrown by later calls. Recorded graphs may still launch on them, so they live as
+    /// long as the backend; each is smaller than the buffer that replaced it.
+    retired: Vec<CudaSlice<u16>>,
 }
 
 impl Gemm {
@@ -84,8 +90,8 @@ impl Gemm {
             return self.gemm_ex(device, (w_ptr, x_ptr, cudaDataType::CUDA_R_32F), rows, n_rows, cols, out);
         }
         let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
-        let Scratch { weight: weight_scratch, x: x_scratch } = &mut *scratch;
-        let x_half = grown(device, x_scratch, n_rows * cols)?;
+        let Scratch { weight: weight_scratch, x: x_scratch, retired } = &mut *scratch;
+        let x_half = grown(device, x_scratch, retired, n_rows * cols)?;
         let rounding = if weight.ty == GgmlType::Bf16 { "round_bf16" } else { "round_f16" };
         let count = (n_rows * cols) as u64;
         let mut launch = device.stream.launch_builder(device.function(OP, rounding)?);
@@ -100,13 +106,15 @@ impl Gemm {
             let (w_ptr, _w) = weight.bytes.device_ptr(&device.stream);
             return self.gemm_ex(device, (w_ptr, x_ptr, data_type), rows, n_rows, cols, out);
         }
-        let decoded = grown(device, weight_scratch, rows * cols)?;
+        let decoded = grown(device, weight_scratch, retired, rows * cols)?;
         let kernel = match weight.ty {
             GgmlType::Q8_0 => "dequantize_f16_q8_0",
             GgmlType::Q4K => "dequantize_f16_q4_k",
             GgmlType::Q6K => "dequantize_f16_q6_k",
             ty => return Err(BackendError::Unsupported { op: OP, ty }),
         };
+        // The kernel indexes chunks of 8 (Q8_0) or 16 elements in 32 bits.
+        to_u32(OP, "weight chunks", rows * cols / 8)?;
         let row_bytes = weight.row_bytes as u64;
         let (rows_u32, cols_u32) = (to_u32(OP, "weight rows", rows)?, to_u32(OP, "weight cols", cols)?);
         let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
@@ -165,17 +173,18 @@ impl Gemm {
     }
 }
 
-/// The scratch buffer in `slot`, reallocated when it holds fewer than `len` elements.
+/// The scratch buffer in `slot`, replaced by a larger one (the old one retired) when it holds
+/// fewer than `len` elements.
 fn grown<'a>(
     device: &Device,
     slot: &'a mut Option<CudaSlice<u16>>,
+    retired: &mut Vec<CudaSlice<u16>>,
     len: usize,
 ) -> Result<&'a mut CudaSlice<u16>, BackendError> {
     if slot.as_ref().is_none_or(|buf| buf.len() < len) {
-        // Freed first, so that the old and new buffers never coexist.
-        *slot = None;
         // SAFETY: every element is written by a conversion kernel before cuBLAS reads it.
-        *slot = Some(unsafe { device.stream.alloc::<u16>(len.max(1)) }.map_err(driver(OP))?);
+        let larger = unsafe { device.stream.alloc::<u16>(len.max(1)) }.map_err(driver(OP))?;
+        retired.extend(slot.replace(larger));
     }
     slot.as_mut().ok_or_else(|| device_error(OP, "no scratch buffer after allocation"))
 }

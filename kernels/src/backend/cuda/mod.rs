@@ -8,8 +8,8 @@
 //! Weights stay in their GGUF block format on the device. Matmuls of up to 64 input rows (decode
 //! and tree verify) run matrix-vector kernels that read each weight byte once per tile; larger
 //! batches run through cuBLAS on the tensor cores (f16 operands) when the library is present.
-//! `CANOPY_CUDA_GEMM_MIN_ROWS` moves that threshold, for tuning. Embedding and matmul support F32, F16,
-//! BF16, Q8_0, Q4_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
+//! `CANOPY_CUDA_GEMM_MIN_ROWS` moves that threshold, for tuning. Embedding and matmul support
+//! F32, F16, BF16, Q8_0, Q4_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
 //!
 //! Index arrays live on the device, so out-of-range ids, slots or rows are not reported as
 //! [`BackendError::Index`]: the kernels skip them and never read or write out of bounds.
@@ -42,6 +42,10 @@ pub use memory::{CudaIndex, CudaTensor, CudaWeight, is_weight_supported};
 pub use sampling::MAX_TOP_K;
 pub use sources::{KERNEL_SOURCES, KernelSource};
 
+use std::sync::Mutex;
+
+use cudarc::driver::CudaSlice;
+
 use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
 use crate::quant::GgmlType;
 use context::Device;
@@ -55,6 +59,8 @@ pub struct CudaBackend {
     gemm: Option<Gemm>,
     /// The smallest batch that takes the GEMM.
     gemm_min_rows: usize,
+    /// Softmax states of attention rows split across blocks (see attention.rs).
+    attention_partials: Mutex<CudaSlice<f32>>,
     name: String,
 }
 
@@ -63,7 +69,14 @@ impl CudaBackend {
     pub fn new(ordinal: usize) -> Result<Self, CudaError> {
         let device = Device::open(ordinal)?;
         let gemm = Gemm::open(&device);
-        Ok(Self { device, gemm, gemm_min_rows: gemm::min_gemm_rows(), name: format!("cuda:{ordinal}") })
+        let attention_partials = Mutex::new(device.stream.alloc_zeros::<f32>(attention::PARTIALS_LEN)?);
+        Ok(Self {
+            device,
+            gemm,
+            gemm_min_rows: gemm::min_gemm_rows(),
+            attention_partials,
+            name: format!("cuda:{ordinal}"),
+        })
     }
 
     /// The architecture the kernels were compiled for, `sm_XY`.
@@ -240,7 +253,7 @@ impl Backend for CudaBackend {
         params: &AttentionParams,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
-        attention::attention(&self.device, q, k_pool, v_pool, batch, params, out)
+        attention::attention(self, q, k_pool, v_pool, batch, params, out)
     }
 
     fn swiglu(

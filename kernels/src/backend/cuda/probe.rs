@@ -20,12 +20,7 @@ const RUNS: usize = 10;
 pub(super) fn read_bandwidth(device: &Device) -> Result<f64, BackendError> {
     let floats = PROBE_BYTES / 4;
     let data = device.stream.alloc_zeros::<f32>(floats).map_err(driver(OP))?;
-    let sms = device
-        .stream
-        .context()
-        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(driver(OP))?;
-    let blocks = u32::try_from(sms).unwrap_or(1).max(1) * BLOCKS_PER_SM;
+    let blocks = u32::try_from(device.sm_count).unwrap_or(1) * BLOCKS_PER_SM;
     let mut sums = device.stream.alloc_zeros::<f32>((blocks * THREADS) as usize).map_err(driver(OP))?;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let vectors = (floats / 4) as u64;

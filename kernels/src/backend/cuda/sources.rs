@@ -78,7 +78,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "attention.cu",
         code: include_str!("../../../cuda/attention.cu"),
-        kernels: &["attention"],
+        kernels: &["attention", "attention_combine"],
     },
     KernelSource { name: "probe.cu", code: include_str!("../../../cuda/probe.cu"), kernels: &["read_probe"] },
     KernelSource {
