@@ -2,7 +2,7 @@
 # One device call: parity of every CUDA op with the CPU, CPU-vs-CUDA greedy ids on whole models,
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/ (see docs/performance.md for the build commands); results go to $OUT.
-# Usage: scripts/device/check.sh [parity] [small] [8b] [bf16]   (default: all but bf16)
+# Usage: scripts/device/check.sh [parity] [small] [8b] [profile] [bf16]   (default: parity small 8b)
 set -uo pipefail
 bin=target/device
 out=${OUT:-/tmp/canopy-out}
@@ -48,6 +48,18 @@ if has 8b; then
     "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 3 2>&1 | tee "$out/bench-q8b.txt"
     CANOPY_CUDA_GEMM_MIN_ROWS=2 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
         --forward 2,4,8,16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-q8b-gemm.txt"
+fi
+if has profile; then
+    # Per-kernel device time of 8B decode steps and a 512-token prefill, graph nodes included.
+    nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+    if [ -n "$nsys" ] && [ -f "$models/q8b.gguf" ]; then
+        "$nsys" profile --cuda-graph-trace=node -o /tmp/canopy-decode --force-overwrite true \
+            "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 512 --decode 32 --forward 1 --repetitions 2 >/dev/null 2>&1
+        "$nsys" stats --report cuda_gpu_kern_sum --format csv /tmp/canopy-decode.nsys-rep >"$out/kernels-q8b.csv" 2>/dev/null
+        cut -d, -f1-4,9 "$out/kernels-q8b.csv" | head -25
+    else
+        echo "no nsys (or no 8b model): skipping the profile"
+    fi
 fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null
