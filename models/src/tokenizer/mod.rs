@@ -11,6 +11,7 @@ mod error;
 mod gemma4;
 mod metadata;
 mod pretokenizer;
+mod rank_merges;
 mod special;
 mod spm;
 mod stream;

@@ -38,6 +38,9 @@ pub(crate) struct PreProfile {
     pub ignore_merges: bool,
     /// BOS is added by default (the file's `add_bos_token` overrides).
     pub add_bos: bool,
+    /// Token ids are tiktoken merge ranks, so a file without merges gets them rebuilt from the
+    /// vocabulary (see `rank_merges`).
+    pub ids_are_merge_ranks: bool,
 }
 
 /// English contractions as a non-capturing group, for `concat!`.
@@ -238,16 +241,28 @@ pub(crate) const GEMMA4: PreProfile = PreProfile {
     encoding: PieceEncoding::SpaceEscaped,
     ignore_merges: false,
     add_bos: false,
+    ids_are_merge_ranks: false,
 };
 
 /// Whitespace-separated words over raw UTF-8 (jina-embeddings-v2-base-zh). The whitespace between
 /// words stays a piece of its own, as in llama.cpp, and becomes a token only if the vocabulary has
 /// one for it.
-const WHITESPACE: PreProfile =
-    PreProfile { splits: &[r"\S+"], encoding: PieceEncoding::RawUtf8, ignore_merges: false, add_bos: false };
+const WHITESPACE: PreProfile = PreProfile {
+    splits: &[r"\S+"],
+    encoding: PieceEncoding::RawUtf8,
+    ignore_merges: false,
+    add_bos: false,
+    ids_are_merge_ranks: false,
+};
 
 const fn byte_level(splits: &'static [&'static str]) -> PreProfile {
-    PreProfile { splits, encoding: PieceEncoding::ByteLevel, ignore_merges: false, add_bos: false }
+    PreProfile {
+        splits,
+        encoding: PieceEncoding::ByteLevel,
+        ignore_merges: false,
+        add_bos: false,
+        ids_are_merge_ranks: false,
+    }
 }
 
 /// Looks up the profile of a `tokenizer.ggml.pre` name.
@@ -284,7 +299,7 @@ pub(crate) fn profile(name: &str) -> Option<PreProfile> {
         "afmoe" => byte_level(AFMOE),
         "whitespace" => WHITESPACE,
         "tiny_aya" | "cohere2moe" => byte_level(TINY_AYA),
-        "kimi-k2" => byte_level(KIMI_K2),
+        "kimi-k2" => PreProfile { ids_are_merge_ranks: true, ..byte_level(KIMI_K2) },
         "bailingmoe" | "bailingmoe2" | "llada-moe" => byte_level(BAILINGMOE),
         "seed-coder" => byte_level(SEED_CODER),
         "ufakzeka" => byte_level(UFAKZEKA),
