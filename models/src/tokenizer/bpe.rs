@@ -8,8 +8,9 @@ use tokenizers::models::bpe::{BPE, Merges, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 
 use super::error::TokenizerError;
-use super::metadata::{TokenizerMetadata, split_merge};
+use super::metadata::{TokenType, TokenizerMetadata, split_merge};
 use super::pretokenizer::{self, PreProfile};
+use super::rank_merges::merges_from_ranks;
 
 /// Token text to id. Empty entries get llama.cpp's placeholder text so that ids stay aligned;
 /// duplicate texts are refused because one of the ids would become unreachable.
@@ -91,11 +92,18 @@ pub(crate) fn build(
     meta: &TokenizerMetadata,
     profile: &PreProfile,
 ) -> Result<tokenizers::Tokenizer, TokenizerError> {
-    if meta.merges.is_empty() {
-        return Err(TokenizerError::MissingKey("tokenizer.ggml.merges"));
-    }
     let vocab = vocab_map(&meta.tokens)?;
-    let merges = parse_merges(&meta.merges, &vocab)?;
+    let merges = if !meta.merges.is_empty() {
+        parse_merges(&meta.merges, &vocab)?
+    } else if profile.ids_are_merge_ranks {
+        // Control, user-defined and unused entries (special tokens, padding) are no merge ranks.
+        let mergeable = meta.tokens.iter().enumerate().filter(|&(id, _)| {
+            matches!(meta.token_type(id), TokenType::Normal | TokenType::Byte | TokenType::Undefined)
+        });
+        merges_from_ranks(mergeable.map(|(id, text)| (id, text.as_str())))
+    } else {
+        return Err(TokenizerError::MissingKey("tokenizer.ggml.merges"));
+    };
     let options = BpeOptions { ignore_merges: profile.ignore_merges, byte_fallback: false };
     let mut tokenizer = tokenizers::Tokenizer::new(bpe_model(vocab, merges, options, None)?);
     tokenizer.with_pre_tokenizer(Some(pretokenizer::build(profile)?));
@@ -146,5 +154,40 @@ mod tests {
         assert_eq!(tokenizer.encode("abc", false).unwrap().get_ids(), [5]);
         assert_eq!(tokenizer.encode("ab", false).unwrap().get_ids(), [3]);
         assert_eq!(tokenizer.decode(&[3, 2], false).unwrap(), "abc");
+    }
+
+    /// A Kimi-K2 style vocabulary: ids are tiktoken ranks, one control token, no merge list.
+    fn kimi_without_merges(pre: &str) -> TokenizerMetadata {
+        let mut types = vec![TokenType::Normal; 9];
+        types[6] = TokenType::Control;
+        TokenizerMetadata {
+            model: "gpt2".into(),
+            pre: Some(pre.into()),
+            tokens: strings(&["a", "b", "c", "bc", "ab", "abc", "<|im_end|>", "Ġ", "Ġa"]),
+            token_types: types,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kimi_k2_without_merges_rebuilds_them_from_the_ranks() {
+        let meta = kimi_without_merges("kimi-k2");
+        let tokenizer = build(&meta, &pretokenizer::profile("kimi-k2").unwrap()).unwrap();
+        let encode = |text: &str| tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+        // Rebuilt rules, by rank: "b c", "a b", "a bc", "Ġ a". "abc" takes "bc" first; " abc"
+        // never uses "Ġ a", whose rank comes after "a bc".
+        assert_eq!(encode("abc"), [5]);
+        assert_eq!(encode("ab"), [4]);
+        assert_eq!(encode("cab"), [2, 4]);
+        assert_eq!(encode(" abc"), [7, 5]);
+        assert_eq!(encode(" a"), [8]);
+        assert_eq!(tokenizer.decode(&[7, 5], false).unwrap(), " abc");
+    }
+
+    #[test]
+    fn other_profiles_still_require_merges() {
+        let meta = kimi_without_merges("qwen2");
+        let err = build(&meta, &pretokenizer::profile("qwen2").unwrap()).unwrap_err();
+        assert!(matches!(err, TokenizerError::MissingKey("tokenizer.ggml.merges")), "{err}");
     }
 }

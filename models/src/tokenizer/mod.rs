@@ -11,6 +11,7 @@ mod error;
 mod gemma4;
 mod metadata;
 mod pretokenizer;
+mod rank_merges;
 mod special;
 mod spm;
 mod stream;
@@ -27,6 +28,7 @@ pub use metadata::{SpecialMetadata, TokenType, TokenizerMetadata};
 pub use special::{SpecialToken, SpecialTokens};
 pub use stream::StreamDecoder;
 
+use pretokenizer::PieceEncoding;
 use special::FamilyDefaults;
 
 /// A ready-to-use tokenizer: the `tokenizers` pipeline plus the vocabulary's special tokens.
@@ -150,7 +152,10 @@ fn build_pipeline(meta: &TokenizerMetadata) -> Result<tokenizers::Tokenizer, Tok
                 .ok_or_else(|| TokenizerError::MissingPreTokenizer { model: meta.model.clone() })?;
             let profile = pretokenizer::profile(pre)
                 .ok_or_else(|| TokenizerError::UnknownPreTokenizer(pre.to_owned()))?;
-            if profile.byte_level { bpe::build(meta, &profile) } else { gemma4::build(meta, &profile) }
+            match profile.encoding {
+                PieceEncoding::ByteLevel => bpe::build(meta, &profile),
+                PieceEncoding::SpaceEscaped | PieceEncoding::RawUtf8 => gemma4::build(meta, &profile),
+            }
         }
         "gemma4" => gemma4::build(meta, &pretokenizer::GEMMA4),
         "llama" => {

@@ -16,17 +16,31 @@ use tokenizers::tokenizer::SplitDelimiterBehavior;
 
 use super::error::TokenizerError;
 
+/// What the BPE merges of a profile see: the text after the regex splits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PieceEncoding {
+    /// Every byte mapped to a printable character (GPT-2 style).
+    ByteLevel,
+    /// Raw UTF-8 with spaces written as `▁` (SentencePiece-style BPE, Gemma 4).
+    SpaceEscaped,
+    /// Raw UTF-8 as it is; characters missing from the vocabulary fall back to `<0xNN>` tokens.
+    RawUtf8,
+}
+
 /// How one `tokenizer.ggml.pre` name tokenizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PreProfile {
     /// Regular expressions applied in order.
     pub splits: &'static [&'static str],
-    /// Byte-level (GPT-2) symbols; false for SentencePiece-style BPE over raw UTF-8 with `▁`.
-    pub byte_level: bool,
+    /// What the merges work on.
+    pub encoding: PieceEncoding,
     /// A piece that is itself a vocabulary entry becomes that token without merging.
     pub ignore_merges: bool,
     /// BOS is added by default (the file's `add_bos_token` overrides).
     pub add_bos: bool,
+    /// Token ids are tiktoken merge ranks, so a file without merges gets them rebuilt from the
+    /// vocabulary (see `rank_merges`).
+    pub ids_are_merge_ranks: bool,
 }
 
 /// English contractions as a non-capturing group, for `concat!`.
@@ -160,6 +174,26 @@ const GPT4O: &[&str] = &[concat!(
 
 const TINY_AYA: &[&str] = &[r"\d{1,3}(?=(?:\d{3})*\b)", GPT4O[0]];
 
+/// SuperBPE: no word splits at all (its merges span spaces); number runs are cut off, and within
+/// them ASCII digits are grouped in threes counted from the right. The second pattern only matches
+/// empty strings: each match is a cut, and the empty pieces it leaves are dropped. llama.cpp runs
+/// `\d` with an engine whose `\d` is ASCII-only, hence `[0-9]`.
+const SUPERBPE: &[&str] = &[r"\p{N}+", r"(?=(?:[0-9]{3})+(?![0-9]))"];
+
+/// AFMoE (Arcee Trinity): number runs grouped in threes from the right, the leading one or two
+/// digits first (llama.cpp's hand-written `\p{AFMoE_digits}`, here as a regex that cuts the same
+/// pieces), then runs of CJK and South-East Asian scripts, then DeepSeek V3's word pattern. The
+/// script ranges are llama.cpp's as written, Thai from U+0E40 on included.
+const AFMOE: &[&str] = &[
+    r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))",
+    concat!(
+        r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{F900}-\x{FAFF}\x{3040}-\x{309F}\x{30A0}-\x{30FF}",
+        r"\x{FF65}-\x{FF9F}\x{2F00}-\x{2FDF}\x{0E40}-\x{0E7F}\x{0E80}-\x{0EFF}\x{1780}-\x{17FF}",
+        r"\x{1000}-\x{109F}\x{AA60}-\x{AA7F}\x{A9E0}-\x{A9FF}\x{AC00}-\x{D7AF}\x{1100}-\x{11FF}]+"
+    ),
+    DEEPSEEK_V3[2],
+];
+
 const KIMI_K2: &[&str] = &[concat!(
     r"\p{Han}+",
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+",
@@ -202,11 +236,33 @@ const MINICPM5: &[&str] = &[
 ];
 
 /// SentencePiece-style BPE (Gemma 4): only newline runs are split off; merges see whole lines.
-pub(crate) const GEMMA4: PreProfile =
-    PreProfile { splits: &[r"[^\n]+|[\n]+"], byte_level: false, ignore_merges: false, add_bos: false };
+pub(crate) const GEMMA4: PreProfile = PreProfile {
+    splits: &[r"[^\n]+|[\n]+"],
+    encoding: PieceEncoding::SpaceEscaped,
+    ignore_merges: false,
+    add_bos: false,
+    ids_are_merge_ranks: false,
+};
+
+/// Whitespace-separated words over raw UTF-8 (jina-embeddings-v2-base-zh). The whitespace between
+/// words stays a piece of its own, as in llama.cpp, and becomes a token only if the vocabulary has
+/// one for it.
+const WHITESPACE: PreProfile = PreProfile {
+    splits: &[r"\S+"],
+    encoding: PieceEncoding::RawUtf8,
+    ignore_merges: false,
+    add_bos: false,
+    ids_are_merge_ranks: false,
+};
 
 const fn byte_level(splits: &'static [&'static str]) -> PreProfile {
-    PreProfile { splits, byte_level: true, ignore_merges: false, add_bos: false }
+    PreProfile {
+        splits,
+        encoding: PieceEncoding::ByteLevel,
+        ignore_merges: false,
+        add_bos: false,
+        ids_are_merge_ranks: false,
+    }
 }
 
 /// Looks up the profile of a `tokenizer.ggml.pre` name.
@@ -236,8 +292,14 @@ pub(crate) fn profile(name: &str) -> Option<PreProfile> {
         "tekken" => PreProfile { ignore_merges: true, add_bos: true, ..byte_level(TEKKEN) },
         "chameleon" => PreProfile { add_bos: true, ..byte_level(CHAMELEON) },
         "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => byte_level(GPT4O),
+        // llama.cpp emulates GPT-4o's case classes with look-aheads and, for this model, adds the
+        // combining marks the original pattern (used here) already has.
+        "granite-embed-multi-97m" => PreProfile { ignore_merges: true, ..byte_level(GPT4O) },
+        "superbpe" => byte_level(SUPERBPE),
+        "afmoe" => byte_level(AFMOE),
+        "whitespace" => WHITESPACE,
         "tiny_aya" | "cohere2moe" => byte_level(TINY_AYA),
-        "kimi-k2" => byte_level(KIMI_K2),
+        "kimi-k2" => PreProfile { ids_are_merge_ranks: true, ..byte_level(KIMI_K2) },
         "bailingmoe" | "bailingmoe2" | "llada-moe" => byte_level(BAILINGMOE),
         "seed-coder" => byte_level(SEED_CODER),
         "ufakzeka" => byte_level(UFAKZEKA),
@@ -262,7 +324,7 @@ pub(crate) fn build(profile: &PreProfile) -> Result<PreTokenizerWrapper, Tokeniz
                 .map_err(|e| TokenizerError::library(format!("pre-tokenizer pattern {pattern:?}: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if profile.byte_level {
+    if profile.encoding == PieceEncoding::ByteLevel {
         steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)));
     }
     Ok(PreTokenizerWrapper::Sequence(Sequence::new(steps)))
@@ -302,11 +364,15 @@ mod tests {
         "exaone-moe",
         "minicpm5",
         "gemma4",
+        "granite-embed-multi-97m",
+        "superbpe",
+        "afmoe",
+        "whitespace",
     ];
 
     fn pieces(name: &str, text: &str) -> Vec<String> {
         let mut profile = profile(name).expect("known profile");
-        profile.byte_level = false;
+        profile.encoding = PieceEncoding::RawUtf8;
         let pre = build(&profile).expect("patterns compile");
         let mut pretokenized = PreTokenizedString::from(text);
         pre.pre_tokenize(&mut pretokenized).expect("pre-tokenize");
@@ -347,6 +413,50 @@ mod tests {
     #[test]
     fn kimi_splits_han_runs_from_other_letters() {
         assert_eq!(pieces("kimi-k2", "abc日本xyz"), ["abc", "日本", "xyz"]);
+    }
+
+    #[test]
+    fn superbpe_splits_only_numbers_and_groups_ascii_digits_from_the_right() {
+        assert_eq!(pieces("superbpe", "I paid 1234567 dollars"), ["I paid ", "1", "234", "567", " dollars"]);
+        assert_eq!(pieces("superbpe", "x123y45z"), ["x", "123", "y", "45", "z"]);
+        assert_eq!(pieces("superbpe", "a 99,1000"), ["a ", "99", ",", "1", "000"]);
+        // `\p{N}` ends the number run, but only ASCII digits count towards the groups of three.
+        assert_eq!(pieces("superbpe", "12\u{663}456"), ["12\u{663}", "456"]);
+    }
+
+    #[test]
+    fn afmoe_groups_digits_with_the_short_group_first() {
+        assert_eq!(pieces("afmoe", "12345"), ["12", "345"]);
+        assert_eq!(pieces("afmoe", "1234567"), ["1", "234", "567"]);
+        assert_eq!(pieces("afmoe", "123456"), ["123", "456"]);
+        assert_eq!(pieces("afmoe", "v2.10"), ["v", "2", ".", "10"]);
+    }
+
+    #[test]
+    fn afmoe_isolates_han_hangul_and_lao_runs_and_splits_words_like_deepseek_v3() {
+        assert_eq!(pieces("afmoe", "hello世界ok"), ["hello", "世界", "ok"]);
+        assert_eq!(pieces("afmoe", "ສະບາຍດີabc"), ["ສະບາຍດີ", "abc"]);
+        assert_eq!(pieces("afmoe", "안녕 하세요"), ["안녕", " ", "하세요"]);
+        assert_eq!(pieces("afmoe", "Hello, world.foo"), ["Hello", ",", " world", ".foo"]);
+    }
+
+    #[test]
+    fn granite_embed_multi_97m_cuts_at_case_and_keeps_marks_with_letters() {
+        let profile = profile("granite-embed-multi-97m").unwrap();
+        assert!(profile.ignore_merges);
+        assert_eq!(
+            pieces("granite-embed-multi-97m", "HelloWorld's 12345"),
+            ["Hello", "World's", " ", "123", "45"]
+        );
+        let devanagari = "नमस्ते";
+        assert_eq!(pieces("granite-embed-multi-97m", devanagari), [devanagari]);
+    }
+
+    #[test]
+    fn whitespace_profile_splits_at_whitespace_runs_and_keeps_them() {
+        let profile = profile("whitespace").unwrap();
+        assert_eq!(profile.encoding, PieceEncoding::RawUtf8);
+        assert_eq!(pieces("whitespace", "你好 世界,\t ok"), ["你好", " ", "世界,", "\t ", "ok"]);
     }
 
     #[test]

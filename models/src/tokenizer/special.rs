@@ -2,7 +2,7 @@
 
 use super::error::TokenizerError;
 use super::metadata::SpecialMetadata;
-use super::pretokenizer;
+use super::pretokenizer::{self, PieceEncoding};
 
 /// One special token: its id and its vocabulary text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,9 +65,11 @@ impl FamilyDefaults {
             },
             "gemma4" => Self { force_add_bos: true, ..Self::default() },
             "gpt2" => match pre.and_then(pretokenizer::profile) {
-                Some(profile) => {
-                    Self { add_bos: profile.add_bos, force_add_bos: !profile.byte_level, ..Self::default() }
-                }
+                Some(profile) => Self {
+                    add_bos: profile.add_bos,
+                    force_add_bos: profile.encoding == PieceEncoding::SpaceEscaped,
+                    ..Self::default()
+                },
                 None => Self::default(),
             },
             _ => Self::default(),

@@ -10,6 +10,7 @@ mod hostile;
 mod oracle;
 mod raw;
 mod round_trip;
+mod version2;
 
 use std::path::PathBuf;
 
