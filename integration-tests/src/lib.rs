@@ -19,3 +19,17 @@ pub const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny/qwe
 
 /// The model id the test workers serve it under.
 pub const MODEL_ID: &str = "tiny";
+
+/// A greedy chat request that cannot end before `max_tokens` (the end token is ignored), asking
+/// for usage at the end of a stream.
+pub fn greedy_chat(max_tokens: u32, stream: bool) -> serde_json::Value {
+    serde_json::json!({
+        "model": MODEL_ID,
+        "messages": [{"role": "user", "content": "Write a haiku about trees."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": true,
+        "stream": stream,
+        "stream_options": if stream { serde_json::json!({"include_usage": true}) } else { serde_json::Value::Null },
+    })
+}

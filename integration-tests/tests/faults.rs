@@ -7,30 +7,18 @@
 
 use std::time::Duration;
 
-use canopy_integration_tests::MODEL_ID;
 use canopy_integration_tests::cluster::{Cluster, FAST_HEALTH, PATIENCE};
+use canopy_integration_tests::greedy_chat;
 use canopy_integration_tests::http::{read_until, sse_data, sse_events};
 use canopy_integration_tests::worker_state::StateWatch;
-use serde_json::{Value, json};
-
-/// A greedy chat request that cannot end before `max_tokens` (the end token is ignored).
-fn chat(max_tokens: u32, stream: bool) -> Value {
-    json!({
-        "model": MODEL_ID,
-        "messages": [{"role": "user", "content": "Tell me a long story."}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": true,
-        "stream": stream,
-    })
-}
+use serde_json::Value;
 
 /// Longer than the tiny model can generate in any test's lifetime: its whole context.
 const ENDLESS: u32 = 4000;
 
 /// Opens a stream and reads it until its first text; returns it and the worker serving it.
 async fn open_stream(cluster: &Cluster, max_tokens: u32) -> (reqwest::Response, String) {
-    let mut response = cluster.http.post("/v1/chat/completions", &chat(max_tokens, true)).await;
+    let mut response = cluster.http.post("/v1/chat/completions", &greedy_chat(max_tokens, true)).await;
     assert_eq!(response.status(), 200);
     let worker =
         response.headers()["x-canopy-worker"].to_str().unwrap().trim_start_matches("grpc://").to_owned();
@@ -78,7 +66,8 @@ async fn a_request_waiting_on_a_worker_that_is_killed_is_answered_by_the_other()
 
     let client = cluster.http.inner.clone();
     let url = cluster.http.url("/v1/chat/completions");
-    let waiting = tokio::spawn(async move { client.post(url).json(&chat(8, false)).send().await.unwrap() });
+    let waiting =
+        tokio::spawn(async move { client.post(url).json(&greedy_chat(8, false)).send().await.unwrap() });
     let queued = |state: &canopy_proto::v1::WorkerState| state.queued == 1;
     let (victim, mut victims_stream, survivor, survivors_stream) = tokio::select! {
         _ = first_state.wait_for("a queued request", queued) => (first_worker, first, second_worker, second),
@@ -114,7 +103,7 @@ async fn sigterm_drains_a_worker_then_the_router_letting_requests_finish() {
         .wait_for("a drain with the request still running", |state| state.draining && state.running == 1)
         .await;
     // New requests go to the other worker meanwhile.
-    let other = cluster.http.post("/v1/chat/completions", &chat(4, false)).await;
+    let other = cluster.http.post("/v1/chat/completions", &greedy_chat(4, false)).await;
     assert_eq!(other.status(), 200);
     assert_ne!(other.headers()["x-canopy-worker"].to_str().unwrap(), format!("grpc://{draining_worker}"));
     // The running request finishes whole.

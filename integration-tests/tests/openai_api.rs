@@ -5,22 +5,10 @@
 // Helpers outside #[test] functions unwrap too: a failure there is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use canopy_integration_tests::MODEL_ID;
 use canopy_integration_tests::cluster::Cluster;
 use canopy_integration_tests::http::{expect_error, sse_events};
+use canopy_integration_tests::{MODEL_ID, greedy_chat};
 use serde_json::{Value, json};
-
-fn chat(max_tokens: u32, stream: bool) -> Value {
-    json!({
-        "model": MODEL_ID,
-        "messages": [{"role": "user", "content": "Write a haiku about trees."}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": true,
-        "stream": stream,
-        "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
-    })
-}
 
 #[tokio::test]
 async fn chat_answers_are_the_same_greedy_text_on_either_worker() {
@@ -31,7 +19,7 @@ async fn chat_answers_are_the_same_greedy_text_on_either_worker() {
     let mut served_by = Vec::new();
     // Sequential and idle in between: round-robin sends them to both workers.
     for _ in 0..4 {
-        let response = cluster.http.post("/v1/chat/completions", &chat(8, false)).await;
+        let response = cluster.http.post("/v1/chat/completions", &greedy_chat(8, false)).await;
         assert_eq!(response.status(), 200);
         assert!(response.headers().contains_key("x-request-id"));
         let worker = response.headers()["x-canopy-worker"].to_str().unwrap().to_owned();
@@ -62,9 +50,9 @@ async fn chat_answers_are_the_same_greedy_text_on_either_worker() {
 async fn a_chat_stream_carries_the_same_text_as_the_whole_answer() {
     let cluster = Cluster::start(2, &[], &[]).await;
     let whole: Value =
-        cluster.http.post("/v1/chat/completions", &chat(12, false)).await.json().await.unwrap();
+        cluster.http.post("/v1/chat/completions", &greedy_chat(12, false)).await.json().await.unwrap();
 
-    let response = cluster.http.post("/v1/chat/completions", &chat(12, true)).await;
+    let response = cluster.http.post("/v1/chat/completions", &greedy_chat(12, true)).await;
     assert_eq!(response.status(), 200);
     assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
     let events = sse_events(&response.text().await.unwrap());
@@ -131,18 +119,18 @@ async fn errors_come_in_the_openai_shape_with_their_status() {
     let http = &cluster.http;
     expect_error(http.post_raw("/v1/chat/completions", "{\"model\": ").await, 400, "invalid_json").await;
 
-    let mut unknown_model = chat(4, false);
+    let mut unknown_model = greedy_chat(4, false);
     unknown_model["model"] = json!("gpt-4o");
     let error =
         expect_error(http.post("/v1/chat/completions", &unknown_model).await, 404, "model_not_found").await;
     assert_eq!(error["param"], "model");
 
-    let mut hot = chat(4, false);
+    let mut hot = greedy_chat(4, false);
     hot["temperature"] = json!(-1);
     let error = expect_error(http.post("/v1/chat/completions", &hot).await, 400, "invalid_value").await;
     assert_eq!(error["param"], "temperature");
 
-    let mut several = chat(4, false);
+    let mut several = greedy_chat(4, false);
     several["n"] = json!(2);
     expect_error(http.post("/v1/chat/completions", &several).await, 400, "unsupported_value").await;
 
@@ -155,5 +143,5 @@ async fn errors_come_in_the_openai_shape_with_their_status() {
     expect_error(http.get("/v1/chat/completions").await, 405, "method_not_allowed").await;
 
     // The workers are no worse for it.
-    assert_eq!(http.post("/v1/chat/completions", &chat(2, false)).await.status(), 200);
+    assert_eq!(http.post("/v1/chat/completions", &greedy_chat(2, false)).await.status(), 200);
 }

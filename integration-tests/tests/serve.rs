@@ -7,21 +7,11 @@
 
 use std::time::Duration;
 
-use canopy_integration_tests::MODEL_ID;
 use canopy_integration_tests::cluster::{PATIENCE, start_serve};
 use canopy_integration_tests::http::{Client, read_until, sse_data};
 use canopy_integration_tests::process::{children_of, is_alive};
-use serde_json::{Value, json};
-
-fn chat(max_tokens: u32, stream: bool) -> Value {
-    json!({
-        "model": MODEL_ID,
-        "messages": [{"role": "user", "content": "Write a haiku about trees."}],
-        "max_tokens": max_tokens,
-        "ignore_eos": true,
-        "stream": stream,
-    })
-}
+use canopy_integration_tests::{MODEL_ID, greedy_chat};
+use serde_json::Value;
 
 /// Waits until none of `pids` runs.
 async fn wait_gone(pids: &[u32]) {
@@ -37,7 +27,7 @@ async fn serve_answers_once_announced_and_drains_on_sigterm() {
     let mut serve = start_serve(&[]);
     let http = Client::new(&serve.address);
     // No readiness polling: `listening on` comes after the router sees its worker ready.
-    let answer = http.post("/v1/chat/completions", &chat(4, false)).await;
+    let answer = http.post("/v1/chat/completions", &greedy_chat(4, false)).await;
     assert_eq!(answer.status(), 200);
     let body: Value = answer.json().await.unwrap();
     assert_eq!(body["usage"]["completion_tokens"], 4);
@@ -46,7 +36,7 @@ async fn serve_answers_once_announced_and_drains_on_sigterm() {
     let workers = children_of(serve.pid());
     assert_eq!(workers.len(), 1, "one CPU worker");
 
-    let mut running = http.post("/v1/chat/completions", &chat(600, true)).await;
+    let mut running = http.post("/v1/chat/completions", &greedy_chat(600, true)).await;
     read_until(&mut running, |body| body.contains("\"content\"")).await;
     serve.signal("TERM");
     let rest = read_until(&mut running, |_| false).await;
