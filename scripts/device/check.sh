@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # One device call: parity of every CUDA op with the CPU, CPU-vs-CUDA greedy ids on whole models,
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
-# target/device/ (see docs/performance.md for the build commands); results go to $OUT.
-# Usage: scripts/device/check.sh [parity] [small] [8b] [profile] [bf16]   (default: parity small 8b)
+# target/device/; results go to $OUT.
+# Usage: scripts/device/check.sh [parity] [small] [8b] [kernels] [profile] [bf16]
+# (default: parity small 8b). Build here first:
+#   cargo build --release -p canopy-cli
+#   cargo test --release -p canopy-kernels --test backend_cuda --no-run
+#   cargo build --release -p canopy-kernels --example cuda_matmul_timing
+# then strip each into target/device/ (canopy, backend_cuda, cuda_matmul_timing).
 set -uo pipefail
 bin=target/device
 out=${OUT:-/tmp/canopy-out}
@@ -48,6 +53,10 @@ if has 8b; then
     "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 3 2>&1 | tee "$out/bench-q8b.txt"
     CANOPY_CUDA_GEMM_MIN_ROWS=2 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
         --forward 2,4,8,16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-q8b-gemm.txt"
+fi
+if has kernels; then
+    # Per-shape matmul time against the measured read bandwidth (8B decode and verify shapes).
+    "$bin/cuda_matmul_timing" 1,8,23 2>&1 | tee "$out/kernels.txt"
 fi
 if has profile; then
     # Per-kernel device time of 8B decode steps and a 512-token prefill, graph nodes included.
