@@ -357,6 +357,33 @@ fn layout_places_tokens_and_rejects_bad_descriptions() {
 }
 
 #[test]
+fn a_layout_cleared_and_refilled_equals_a_new_one() {
+    let parents = [TREE_ROOT, 0, 0, 1];
+    let tables: [&[u32]; 2] = [&[7, 2, 4], &[5, 1, 9]];
+    let specs = [
+        SequenceSpec { n_past: 9, n_new: 1, block_table: tables[0], mask: Mask::Causal },
+        SequenceSpec { n_past: 6, n_new: 4, block_table: tables[1], mask: Mask::Tree(&parents) },
+    ];
+    let mut reused = AttentionLayout::new(8, &specs[1..]).unwrap();
+    // A refused sequence leaves the layout unusable until it is cleared.
+    let too_long = SequenceSpec { n_past: 40, n_new: 1, block_table: tables[0], mask: Mask::Causal };
+    assert!(reused.push(&too_long).is_err());
+    reused.clear(4).unwrap();
+    assert_eq!((reused.n_sequences(), reused.n_rows(), reused.slots_needed()), (0, 0, 0));
+    for spec in &specs {
+        reused.push(spec).unwrap();
+    }
+    assert_eq!(reused, AttentionLayout::new(4, &specs).unwrap());
+    assert!(reused.clear(0).is_err());
+
+    let mut never_cleared = AttentionLayout::default();
+    match never_cleared.push(&specs[0]) {
+        Err(BackendError::Shape { op: "attention layout", .. }) => {}
+        other => panic!("expected a layout error, got {other:?}"),
+    }
+}
+
+#[test]
 fn attention_refuses_pools_and_buffers_that_do_not_fit() {
     let backend = CpuBackend::new();
     let p = params(4, 2, 8);

@@ -27,6 +27,9 @@ const SEQ_N_PAST: usize = 2;
 const SEQ_TABLE_START: usize = 3;
 const SEQ_MASK: usize = 4;
 
+/// The operation a refused layout names.
+const LAYOUT_OP: &str = "attention layout";
+
 const MASK_CAUSAL: u32 = 0;
 const MASK_BIDIRECTIONAL: u32 = 1;
 const MASK_TREE: u32 = 2;
@@ -116,18 +119,42 @@ impl AttentionLayout {
     /// Lays out `sequences` in order: the first sequence's new tokens are rows `0..n_new`, the
     /// next sequence's follow, and so on.
     pub fn new(block_size: usize, sequences: &[SequenceSpec<'_>]) -> Result<Self, BackendError> {
-        const OP: &str = "attention layout";
-        if block_size == 0 {
-            return Err(BackendError::shape(OP, "block_size must be positive"));
-        }
-        let mut layout = Self { block_size, ..Self::default() };
-        for (index, seq) in sequences.iter().enumerate() {
-            layout.push(index, seq).map_err(|detail| BackendError::shape(OP, detail))?;
+        let mut layout = Self::default();
+        layout.clear(block_size)?;
+        for seq in sequences {
+            layout.push(seq)?;
         }
         Ok(layout)
     }
 
-    fn push(&mut self, index: usize, seq: &SequenceSpec<'_>) -> Result<(), String> {
+    /// Empties the layout for a new batch of blocks of `block_size` positions, keeping its
+    /// buffers, so that a model laying out every step in the same layout allocates nothing once
+    /// they have grown to its batches.
+    pub fn clear(&mut self, block_size: usize) -> Result<(), BackendError> {
+        if block_size == 0 {
+            return Err(BackendError::shape(LAYOUT_OP, "block_size must be positive"));
+        }
+        self.block_size = block_size;
+        self.sequences.clear();
+        self.block_tables.clear();
+        self.tree_parents.clear();
+        self.positions.clear();
+        self.slots.clear();
+        self.max_block = None;
+        self.max_kv_len = 0;
+        Ok(())
+    }
+
+    /// Lays out `seq` after the sequences already in the layout. A refused sequence may leave
+    /// part of itself behind: [`Self::clear`] the layout before using it again.
+    pub fn push(&mut self, seq: &SequenceSpec<'_>) -> Result<(), BackendError> {
+        self.push_sequence(self.n_sequences(), seq).map_err(|detail| BackendError::shape(LAYOUT_OP, detail))
+    }
+
+    fn push_sequence(&mut self, index: usize, seq: &SequenceSpec<'_>) -> Result<(), String> {
+        if self.block_size == 0 {
+            return Err("the layout has no block size: clear it with one first".to_owned());
+        }
         let too_large = |what: &str| format!("sequence {index}: {what} does not fit in u32");
         let kv_len = seq.n_past.checked_add(seq.n_new).ok_or_else(|| too_large("n_past + n_new"))?;
         let kv_len_u32 = u32::try_from(kv_len).map_err(|_| too_large("n_past + n_new"))?;

@@ -3,7 +3,9 @@
 //!
 //! [`Qwen3::forward`] runs a batch of sequences (prefill chunks, single decode tokens, draft
 //! trees) in one pass. Every per-step buffer is allocated at load time for `max_batch_tokens`
-//! rows and reused, so decoding allocates nothing on the device.
+//! rows and reused, so decoding allocates nothing on the device; the host-side inputs of a step
+//! (tokens, logit rows, attention layout) live in buffers kept between steps, so a decode step
+//! whose batch is no larger than an earlier one's allocates nothing on the host either.
 
 use canopy_kernels::backend::{
     AttentionBatch, AttentionLayout, AttentionParams, Backend, DeviceArray, RopeParams, RopeStyle,
@@ -278,6 +280,19 @@ impl<B: Backend> Scratch<B> {
     }
 }
 
+/// The host-side inputs of a step, kept between steps for their buffers.
+#[derive(Default)]
+struct HostInputs {
+    /// Every sequence's new tokens, in batch order.
+    tokens: Vec<u32>,
+    /// The rows that get logits, when [`LogitPlan::Picked`].
+    picked_rows: Vec<u32>,
+    /// Each sequence's length before the step.
+    n_pasts: Vec<usize>,
+    /// Where the step's keys and values go and what each new token sees.
+    layout: AttentionLayout,
+}
+
 /// A loaded Qwen3 model with its per-step buffers.
 pub struct Qwen3<B: Backend> {
     config: Qwen3Config,
@@ -288,6 +303,7 @@ pub struct Qwen3<B: Backend> {
     output_norm: B::Tensor,
     layers: Vec<Layer<B>>,
     scratch: Scratch<B>,
+    host: HostInputs,
     graphs: StepGraphs<B>,
 }
 
@@ -318,6 +334,7 @@ impl<B: Backend> Qwen3<B> {
                 .map(|i| Layer::load(backend, file, &config, i))
                 .collect::<Result<_, _>>()?,
             scratch: Scratch::new(backend, &config, &options)?,
+            host: HostInputs::default(),
             graphs: StepGraphs::new(),
             config,
             options,
@@ -364,37 +381,40 @@ impl<B: Backend> Qwen3<B> {
         logit_rows: LogitRows<'_>,
         capture: bool,
     ) -> Result<ForwardOutput, ArchError> {
-        let step = self.check_batch(cache, batch, logit_rows)?;
-        let mut n_pasts = Vec::with_capacity(batch.len());
+        let logits = self.check_batch(cache, batch, logit_rows)?;
+        self.host.n_pasts.clear();
         for input in batch {
             match cache.append(input.seq, input.tokens.len()) {
-                Ok(n_past) => n_pasts.push(n_past),
+                Ok(n_past) => self.host.n_pasts.push(n_past),
                 Err(err) => {
-                    rollback(cache, batch, &n_pasts);
+                    rollback(cache, batch, &self.host.n_pasts);
                     return Err(err.into());
                 }
             }
         }
-        let result = self.run(backend, cache, batch, &n_pasts, &step, capture);
+        let result = self.run(backend, cache, batch, logits, capture);
         if result.is_err() {
-            rollback(cache, batch, &n_pasts);
+            rollback(cache, batch, &self.host.n_pasts);
         }
         result
     }
 
-    /// Validates the batch on the host and flattens it.
+    /// Validates the batch on the host and flattens it into [`Self::host`]'s tokens and picked
+    /// rows.
     fn check_batch(
-        &self,
+        &mut self,
         cache: &KvCache<B>,
         batch: &[SequenceInput<'_>],
         logit_rows: LogitRows<'_>,
-    ) -> Result<StepInputs, ArchError> {
+    ) -> Result<LogitPlan, ArchError> {
         let kv = cache.config();
         let expected = self.config.kv_config(kv.block_size, kv.n_blocks);
         if *kv != expected {
             return Err(ArchError::Batch(format!("the KV cache {kv:?} does not fit the model {expected:?}")));
         }
-        let tokens: Vec<u32> = batch.iter().flat_map(|input| input.tokens.iter().copied()).collect();
+        let HostInputs { tokens, picked_rows, .. } = &mut self.host;
+        tokens.clear();
+        tokens.extend(batch.iter().flat_map(|input| input.tokens.iter().copied()));
         if tokens.is_empty() || tokens.len() > self.options.max_batch_tokens {
             let detail = format!("{} tokens, 1 to {} allowed", tokens.len(), self.options.max_batch_tokens);
             return Err(ArchError::Batch(detail));
@@ -413,77 +433,66 @@ impl<B: Backend> Qwen3<B> {
                 return Err(ArchError::Batch(format!("sequence {:?} appears twice", input.seq)));
             }
         }
-        let picked = match logit_rows {
-            LogitRows::All => None,
-            LogitRows::None => Some(Vec::new()),
-            LogitRows::LastPerSequence => Some(
-                batch
-                    .iter()
-                    .scan(0u32, |end, input| {
-                        *end += input.tokens.len() as u32;
-                        Some(*end - 1)
-                    })
-                    .collect(),
-            ),
+        picked_rows.clear();
+        let logits = match logit_rows {
+            LogitRows::All => LogitPlan::Every,
+            LogitRows::None => LogitPlan::Picked(0),
+            LogitRows::LastPerSequence => {
+                picked_rows.extend(batch.iter().scan(0u32, |end, input| {
+                    *end += input.tokens.len() as u32;
+                    Some(*end - 1)
+                }));
+                LogitPlan::Picked(picked_rows.len())
+            }
             LogitRows::Rows(rows) => {
                 if let Some(&row) = rows.iter().find(|&&r| r as usize >= tokens.len()) {
                     return Err(ArchError::Batch(format!("logit row {row} of a {}-row batch", tokens.len())));
                 }
-                Some(rows.to_vec())
+                picked_rows.extend_from_slice(rows);
+                LogitPlan::Picked(rows.len())
             }
         };
-        let n_logit_rows = picked.as_ref().map_or(tokens.len(), Vec::len);
+        let n_logit_rows = match logits {
+            LogitPlan::Every => tokens.len(),
+            LogitPlan::Picked(rows) => rows,
+        };
         if n_logit_rows > self.options.max_logit_rows {
             let detail = format!("{n_logit_rows} logit rows, at most {}", self.options.max_logit_rows);
             return Err(ArchError::Batch(detail));
         }
-        Ok(StepInputs { tokens, picked_rows: picked })
+        Ok(logits)
     }
 
+    /// Runs the step whose inputs [`Self::forward`] left in [`Self::host`].
     fn run(
         &mut self,
         backend: &B,
         cache: &mut KvCache<B>,
         batch: &[SequenceInput<'_>],
-        n_pasts: &[usize],
-        step: &StepInputs,
+        logits: LogitPlan,
         capture: bool,
     ) -> Result<ForwardOutput, ArchError> {
-        let tokens = &step.tokens;
-        let block_size = cache.config().block_size;
+        let HostInputs { tokens, picked_rows, n_pasts, layout } = &mut self.host;
+        layout.clear(cache.config().block_size)?;
         let mut table_entries = 0;
-        let specs = batch
-            .iter()
-            .zip(n_pasts)
-            .map(|(input, &n_past)| {
-                let n_new = input.tokens.len();
-                table_entries += cache.config().blocks_for(n_past + n_new);
-                Ok(SequenceSpec {
-                    n_past,
-                    n_new,
-                    block_table: cache.block_table(input.seq)?,
-                    mask: input.mask,
-                })
-            })
-            .collect::<Result<Vec<_>, ArchError>>()?;
-        let layout = AttentionLayout::new(block_size, &specs)?;
-        drop(specs);
+        for (input, &n_past) in batch.iter().zip(n_pasts.iter()) {
+            let n_new = input.tokens.len();
+            table_entries += cache.config().blocks_for(n_past + n_new);
+            let block_table = cache.block_table(input.seq)?;
+            layout.push(&SequenceSpec { n_past, n_new, block_table, mask: input.mask })?;
+        }
 
         let n = tokens.len();
         let s = &mut self.scratch;
-        if s.set_batch(backend, &layout, table_entries)? {
+        if s.set_batch(backend, layout, table_entries)? {
             self.graphs.invalidate();
         }
         backend.write_index(&mut s.token_ids, tokens)?;
         backend.write_index(&mut s.positions, layout.positions())?;
         backend.write_index(&mut s.kv_slots, layout.slots())?;
-        let logits = match &step.picked_rows {
-            None => LogitPlan::Every,
-            Some(rows) => {
-                backend.write_index(&mut s.logit_rows, rows)?;
-                LogitPlan::Picked(rows.len())
-            }
-        };
+        if let LogitPlan::Picked(_) = logits {
+            backend.write_index(&mut s.logit_rows, picked_rows)?;
+        }
         let shape = StepShape {
             tokens: n,
             sequences: batch.len(),
@@ -595,14 +604,6 @@ impl<B: Backend> Weights<'_, B> {
         }
         Ok(())
     }
-}
-
-/// A validated batch, flattened on the host.
-struct StepInputs {
-    /// Every sequence's new tokens, in batch order.
-    tokens: Vec<u32>,
-    /// The rows that get logits, or `None` for every row.
-    picked_rows: Option<Vec<u32>>,
 }
 
 /// Returns the sequences of `batch` that were already extended back to their lengths before.

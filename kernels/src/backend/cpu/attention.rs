@@ -9,16 +9,24 @@
 //! sees, bit for bit: a tree node gets exactly what decoding its root-to-node path one token at
 //! a time would give, and a sequence gets the same in any batch.
 
+use std::cell::Cell;
+
 use rayon::prelude::*;
 
 use super::CpuBackend;
 use super::lanes::dot;
 use super::memory::CpuTensor;
+use super::scratch::{Scratch, ThreadBuffer};
 use crate::backend::attention::{MaskKind, SEQ_FIELDS, SequenceView};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, TREE_ROOT, shape};
 
 /// Keys scored before each update of the running softmax.
 const KEY_CHUNK: usize = 32;
+
+thread_local! {
+    /// A tree node's ancestry, node first.
+    static TREE_PATH: Cell<Vec<u32>> = const { Cell::new(Vec::new()) };
+}
 
 pub(super) fn attention(
     q: &CpuTensor,
@@ -27,9 +35,26 @@ pub(super) fn attention(
     batch: &AttentionBatch<CpuBackend>,
     params: &AttentionParams,
     out: &mut CpuTensor,
+    sequences: &Scratch<SequenceView>,
 ) -> Result<(), BackendError> {
     shape::attention(q, k_pool, v_pool, batch, params, out)?;
-    let sequences = decode_sequences(batch)?;
+    sequences.with_vec(|sequences| {
+        decode_sequences(batch, sequences)?;
+        attend(q, k_pool, v_pool, batch, params, out, sequences);
+        Ok(())
+    })
+}
+
+/// Runs every (row, head) task of a checked call whose sequences are decoded.
+fn attend(
+    q: &CpuTensor,
+    k_pool: &CpuTensor,
+    v_pool: &CpuTensor,
+    batch: &AttentionBatch<CpuBackend>,
+    params: &AttentionParams,
+    out: &mut CpuTensor,
+    sequences: &[SequenceView],
+) {
     let (n_heads, head_dim) = (params.n_heads, params.head_dim);
     let heads_per_kv = n_heads / params.n_kv_heads;
     let q_row_len = params.q_row_len();
@@ -42,29 +67,39 @@ pub(super) fn attention(
         parents: &batch.tree_parents.0,
     };
     let tasks = out.0[..batch.n_rows() * q_row_len].par_chunks_mut(head_dim).enumerate();
-    // Each rayon job keeps one buffer for the tree paths of its tasks.
-    tasks.for_each_init(Vec::new, |path, (task, out)| {
-        let (row, head) = (task / n_heads, task % n_heads);
-        // Rows are packed in sequence order; sequences without rows end where they start.
-        let seq = &sequences[sequences.partition_point(|s| s.q_start + s.n_new <= row)];
-        let q = &q.0[row * q_row_len + head * head_dim..][..head_dim];
-        let kv_offset = head / heads_per_kv * head_dim;
-        let mut softmax = RunningSoftmax::new(q, params.scale, out);
-        pools.for_each_visible_slot(seq, row - seq.q_start, path, |slot| {
-            let start = slot * pools.kv_row_len + kv_offset;
-            softmax.push(&pools.k[start..start + head_dim], &pools.v[start..start + head_dim]);
-        });
-        softmax.finish();
-    });
-    Ok(())
+    // Each rayon job borrows its thread's buffer for the tree paths of its tasks.
+    tasks.for_each_init(
+        || ThreadBuffer::take(&TREE_PATH, 0),
+        |path, (task, out)| {
+            let (row, head) = (task / n_heads, task % n_heads);
+            // Rows are packed in sequence order; sequences without rows end where they start.
+            let seq = &sequences[sequences.partition_point(|s| s.q_start + s.n_new <= row)];
+            let q = &q.0[row * q_row_len + head * head_dim..][..head_dim];
+            let kv_offset = head / heads_per_kv * head_dim;
+            let mut softmax = RunningSoftmax::new(q, params.scale, out);
+            pools.for_each_visible_slot(seq, row - seq.q_start, path, |slot| {
+                let start = slot * pools.kv_row_len + kv_offset;
+                softmax.push(&pools.k[start..start + head_dim], &pools.v[start..start + head_dim]);
+            });
+            softmax.finish();
+        },
+    );
 }
 
-/// Decodes the batch's sequences. Their contents come from a validated layout, so the only
-/// failure is a batch whose arrays are shorter than its counts, which `AttentionBatch` prevents.
-fn decode_sequences(batch: &AttentionBatch<CpuBackend>) -> Result<Vec<SequenceView>, BackendError> {
+/// Decodes the batch's sequences into `out`, replacing its contents. They come from a validated
+/// layout, so the only failure is a batch whose arrays are shorter than its counts, which
+/// `AttentionBatch` prevents.
+fn decode_sequences(
+    batch: &AttentionBatch<CpuBackend>,
+    out: &mut Vec<SequenceView>,
+) -> Result<(), BackendError> {
     let corrupt = || BackendError::index("attention", "the batch description is inconsistent");
     let fields = batch.sequences.0.get(..batch.n_sequences() * SEQ_FIELDS).ok_or_else(corrupt)?;
-    fields.as_chunks::<SEQ_FIELDS>().0.iter().map(|f| SequenceView::decode(f).ok_or_else(corrupt)).collect()
+    out.clear();
+    for fields in fields.as_chunks::<SEQ_FIELDS>().0 {
+        out.push(SequenceView::decode(fields).ok_or_else(corrupt)?);
+    }
+    Ok(())
 }
 
 /// Where a batch's keys and values are, and how to find a sequence's positions among them.

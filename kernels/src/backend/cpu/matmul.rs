@@ -1,9 +1,9 @@
 //! `out = x · wᵀ` over weights in any dequantizable GGUF type.
 //!
 //! Each weight row is decoded once per pass of up to `TOKENS_PER_PASS` tokens, a panel of
-//! `PANEL_ROWS` rows at a time interleaved into a per-thread buffer, and the panel is dotted with
-//! every token of the pass: the decoding cost is shared and the inner loop vectorises across
-//! rows. A task's results are contiguous in a transposed scratch buffer (`[rows, tokens]`),
+//! `PANEL_ROWS` rows at a time interleaved into a buffer that the worker thread keeps between
+//! calls (so that a decode step allocates nothing), and the panel is dotted with every token of
+//! the pass: the decoding cost is shared and the inner loop vectorises across rows. A task's results are contiguous in a transposed scratch buffer (`[rows, tokens]`),
 //! which is transposed into `out` after the pass.
 //!
 //! Every output element is summed in the same order whatever the number of tokens, so a token's
@@ -11,16 +11,25 @@
 //! rather than the format's fused `dot_row` (about 20% faster alone on one core): speculative
 //! verification over a batch then reproduces one-token decoding bit for bit.
 
+use std::cell::Cell;
+
 use rayon::prelude::*;
 
 use super::lanes::{PANEL_ROWS, dot_panel};
 use super::memory::{CpuTensor, CpuWeight};
-use super::scratch::Scratch;
+use super::scratch::{Scratch, ThreadBuffer};
 use crate::backend::{BackendError, WeightMatrix, shape};
 use crate::quant::dequantize_row;
 
 /// Tokens sharing one decoding of the weights; their rows of `x` stay in cache meanwhile.
 const TOKENS_PER_PASS: usize = 32;
+
+thread_local! {
+    /// One weight row decoded, `cols` long.
+    static DECODED_ROW: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// `PANEL_ROWS` decoded rows interleaved, `cols` long.
+    static PANEL: Cell<Vec<[f32; PANEL_ROWS]>> = const { Cell::new(Vec::new()) };
+}
 
 pub(super) fn matmul(
     x: &CpuTensor,
@@ -68,7 +77,8 @@ fn decode_once_dot_many(
 ) -> Result<(), BackendError> {
     let cols = weight.cols();
     transposed.par_chunks_mut(PANEL_ROWS * n_tokens).enumerate().try_for_each_init(
-        || (vec![0f32; cols], vec![[0f32; PANEL_ROWS]; cols]),
+        // Every element of both is written below before it is read.
+        || (ThreadBuffer::take(&DECODED_ROW, cols), ThreadBuffer::take(&PANEL, cols)),
         |(decoded, panel), (panel_index, results)| {
             let first_row = panel_index * PANEL_ROWS;
             let panel_rows = results.len() / n_tokens;

@@ -21,6 +21,7 @@ mod scratch;
 
 pub use memory::{CpuIndex, CpuTensor, CpuWeight};
 
+use super::attention::SequenceView;
 use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
 use crate::quant::GgmlType;
 use scratch::Scratch;
@@ -30,10 +31,12 @@ use scratch::Scratch;
 pub struct CpuBackend {
     /// Temporary space of the ops that need it (multi-token matmul, KV compaction).
     scratch: Scratch,
+    /// The decoded sequences of an attention call.
+    attention_sequences: Scratch<SequenceView>,
 }
 
 impl CpuBackend {
-    /// A backend with an empty scratch buffer.
+    /// A backend with empty scratch buffers.
     pub fn new() -> Self {
         Self::default()
     }
@@ -191,7 +194,7 @@ impl Backend for CpuBackend {
         params: &AttentionParams,
         out: &mut CpuTensor,
     ) -> Result<(), BackendError> {
-        attention::attention(q, k_pool, v_pool, batch, params, out)
+        attention::attention(q, k_pool, v_pool, batch, params, out, &self.attention_sequences)
     }
 
     fn swiglu(
