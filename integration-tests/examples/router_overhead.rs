@@ -114,10 +114,13 @@ fn report(name: &str, latencies: &[Duration]) {
 }
 
 #[tokio::main]
-async fn main() {
-    let mut args = std::env::args().skip(1).map(|arg| arg.parse::<usize>().unwrap());
-    let requests = args.next().unwrap_or(1000);
-    let concurrency = args.next().unwrap_or(16);
+async fn main() -> Result<(), String> {
+    let mut args = std::env::args().skip(1).map(|arg| {
+        arg.parse::<usize>()
+            .map_err(|_| format!("usage: router_overhead [REQUESTS] [CONCURRENCY]; {arg:?} is not a count"))
+    });
+    let requests = args.next().transpose()?.unwrap_or(1000);
+    let concurrency = args.next().transpose()?.unwrap_or(16);
     let cluster = Cluster::start(1, &["--max-running", "16"], &[]).await;
     let worker = format!("http://{}", cluster.workers[0].address);
     let grpc = WorkerClient::new(Channel::from_shared(worker).unwrap().connect().await.unwrap());
@@ -147,4 +150,5 @@ async fn main() {
     println!(
         "{concurrency} concurrent callers: worker {direct_rate:7.0} req/s, router {routed_rate:7.0} req/s"
     );
+    Ok(())
 }

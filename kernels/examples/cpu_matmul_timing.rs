@@ -4,23 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
 use canopy_kernels::backend::Backend;
 use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::quant::{GgmlType, quantize_row};
+use common::pseudo_random;
 
 const DIM: usize = 4096;
 const RUNS: usize = 20;
-
-/// Deterministic values in [-1, 1) from a 64-bit LCG; timing needs no better randomness.
-fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let backend = CpuBackend::new();

@@ -8,9 +8,12 @@
 
 use std::time::Instant;
 
+mod common;
+
 use canopy_kernels::backend::Backend;
 use canopy_kernels::backend::cuda::CudaBackend;
 use canopy_kernels::quant::{GgmlType, quantize_row};
+use common::pseudo_random;
 
 /// (name, rows, cols, type) of one layer's matmuls and the LM head.
 const SHAPES: [(&str, usize, usize, GgmlType); 7] = [
@@ -28,16 +31,6 @@ const CALLS_PER_GRAPH: usize = 32;
 const REPLAYS: usize = 11;
 /// Distinct quantized rows; the rest repeat them (contents do not change the speed).
 const DISTINCT_ROWS: usize = 64;
-
-fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn weight_bytes(ty: GgmlType, rows: usize, cols: usize) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let row_bytes = cols / ty.block_size() * ty.type_size();

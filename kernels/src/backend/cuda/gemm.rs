@@ -13,7 +13,7 @@ use cudarc::cublas::CudaBlas;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
-use super::context::{Device, device_error, driver, to_u32};
+use super::context::{Device, device_error, driver, grid, to_u32};
 use super::memory::{CudaTensor, CudaWeight};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -190,10 +190,5 @@ fn grown<'a>(
 }
 
 fn grid_stride(total: usize) -> Result<LaunchConfig, BackendError> {
-    let blocks = total.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS);
-    Ok(LaunchConfig {
-        grid_dim: (to_u32(OP, "grid size", blocks)?, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    })
+    grid(OP, total.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS), THREADS)
 }

@@ -2,9 +2,9 @@
 
 use std::time::Instant;
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 
-use super::context::{Device, driver};
+use super::context::{Device, driver, grid};
 use crate::backend::BackendError;
 
 const OP: &str = "read_bandwidth";
@@ -12,7 +12,7 @@ const OP: &str = "read_bandwidth";
 const PROBE_BYTES: usize = 2 << 30;
 const THREADS: u32 = 256;
 /// Blocks per SM kept in flight: enough loads outstanding to saturate HBM.
-const BLOCKS_PER_SM: u32 = 8;
+const BLOCKS_PER_SM: usize = 8;
 const WARMUP: usize = 2;
 const RUNS: usize = 10;
 
@@ -20,9 +20,9 @@ const RUNS: usize = 10;
 pub(super) fn read_bandwidth(device: &Device) -> Result<f64, BackendError> {
     let floats = PROBE_BYTES / 4;
     let data = device.stream.alloc_zeros::<f32>(floats).map_err(driver(OP))?;
-    let blocks = u32::try_from(device.sm_count).unwrap_or(1) * BLOCKS_PER_SM;
-    let mut sums = device.stream.alloc_zeros::<f32>((blocks * THREADS) as usize).map_err(driver(OP))?;
-    let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    let blocks = device.sm_count * BLOCKS_PER_SM;
+    let mut sums = device.stream.alloc_zeros::<f32>(blocks * THREADS as usize).map_err(driver(OP))?;
+    let config = grid(OP, blocks, THREADS)?;
     let vectors = (floats / 4) as u64;
     let mut seconds = Vec::with_capacity(RUNS);
     for run in 0..WARMUP + RUNS {
