@@ -66,8 +66,11 @@ pub async fn serve(
         }
     }
 
+    // Refuse new requests before announcing it: the engine takes the drain ahead of any request
+    // submitted after it, so a client that sees NOT_SERVING is never served.
+    engine.drain();
     set_health(&health, ServingStatus::NotServing).await;
-    drain(&engine, drain_grace).await;
+    finish_in_flight(&engine, drain_grace).await;
     stop_engine(engine).await?;
     let _ = close.send(());
     match tokio::time::timeout(CONNECTION_LINGER, &mut server).await {
@@ -95,9 +98,8 @@ async fn set_health(health: &HealthReporter, status: ServingStatus) {
     health.set_service_status(SERVICE_NAME, status).await;
 }
 
-/// Stops new requests and waits until the ones in flight end, aborting them after `grace`.
-async fn drain(engine: &Engine, grace: Duration) {
-    engine.drain();
+/// Waits until the requests in flight of a draining engine end, aborting them after `grace`.
+async fn finish_in_flight(engine: &Engine, grace: Duration) {
     let mut load = engine.load();
     let drained = tokio::time::timeout(grace, load.wait_for(|load| load.draining && load.is_idle())).await;
     if drained.is_err() {
