@@ -39,6 +39,7 @@ __device__ void dequantize_f16(const u8 *weight, size_t row_bytes, u32 rows, u32
 
 DEQUANTIZE_KERNEL(dequantize_f16_q8_0, FMT_Q8_0)
 DEQUANTIZE_KERNEL(dequantize_f16_q4_k, FMT_Q4_K)
+DEQUANTIZE_KERNEL(dequantize_f16_q5_k, FMT_Q5_K)
 DEQUANTIZE_KERNEL(dequantize_f16_q6_k, FMT_Q6_K)
 
 extern "C" __global__ void round_f16(const float *x, size_t n, u16 *out) {

@@ -54,9 +54,10 @@ template <> struct Lanes<FMT_Q4_K> {
         raw.qs = *(const uint4 *)(block + 16 + 16 * (lane % 8));
         return true;
     }
-    __device__ static void decode(const Raw &raw, int lane, float *q, float *scale, float *min) {
-        const float d = f16_bits_to_f32(raw.head.x & 0xffff);
-        const float dmin = f16_bits_to_f32(raw.head.x >> 16);
+    // The scales and mins of the lane's two sub-blocks, from the block header (shared with Q5_K).
+    __device__ static void scales(const uint4 &head, int lane, float *scale, float *min) {
+        const float d = f16_bits_to_f32(head.x & 0xffff);
+        const float dmin = f16_bits_to_f32(head.x >> 16);
         const int pair = (lane % 8) / 2;
 #pragma unroll
         for (int half_index = 0; half_index < 2; ++half_index) {
@@ -64,16 +65,19 @@ template <> struct Lanes<FMT_Q4_K> {
             const int s = 2 * pair + half_index;
             u32 sc, mn;
             if (s < 4) {
-                sc = byte_of(raw.head.y, s) & 63;
-                mn = byte_of(raw.head.z, s) & 63;
+                sc = byte_of(head.y, s) & 63;
+                mn = byte_of(head.z, s) & 63;
             } else {
                 const int t = s - 4;
-                sc = (byte_of(raw.head.w, t) & 0x0f) | ((byte_of(raw.head.y, t) >> 6) << 4);
-                mn = (byte_of(raw.head.w, t) >> 4) | ((byte_of(raw.head.z, t) >> 6) << 4);
+                sc = (byte_of(head.w, t) & 0x0f) | ((byte_of(head.y, t) >> 6) << 4);
+                mn = (byte_of(head.w, t) >> 4) | ((byte_of(head.z, t) >> 6) << 4);
             }
             scale[half_index] = d * (float)sc;
             min[half_index] = dmin * (float)mn;
         }
+    }
+    __device__ static void decode(const Raw &raw, int lane, float *q, float *scale, float *min) {
+        scales(raw.head, lane, scale, min);
         const u32 words[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
@@ -89,6 +93,49 @@ template <> struct Lanes<FMT_Q4_K> {
     __device__ static u32 column(u32 group, int lane, int run) {
         return (group * 4 + lane / 8) * QK_K + 64 * ((lane % 8) / 2) + 16 * (lane % 2) + 32 * run;
     }
+};
+
+// Q5_K (176-byte blocks, 16-byte aligned): laid out as Q4_K plus 32 bytes of fifth bits before
+// the quants. Lane j of a block also loads the 16 fifth-bit bytes of its 16 positions; bits 2k and
+// 2k + 1 (k = j/2) complete the low and high nibbles.
+template <> struct Lanes<FMT_Q5_K> {
+    static const int RUN = 16;
+    static const int RUNS = 2;
+    static const bool HAS_MIN = true;
+    struct Raw {
+        uint4 head;
+        uint4 qh;
+        uint4 qs;
+    };
+    __device__ static u32 groups(u32 cols) { return (cols / QK_K + 3) / 4; }
+    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+        const u32 block_index = group * 4 + lane / 8;
+        if (block_index >= cols / QK_K) {
+            return false;
+        }
+        const u8 *block = row + (size_t)block_index * Q5_K_BYTES;
+        raw.head = *(const uint4 *)block;
+        raw.qh = *(const uint4 *)(block + 16 + 16 * (lane % 2));
+        raw.qs = *(const uint4 *)(block + 48 + 16 * (lane % 8));
+        return true;
+    }
+    __device__ static void decode(const Raw &raw, int lane, float *q, float *scale, float *min) {
+        Lanes<FMT_Q4_K>::scales(raw.head, lane, scale, min);
+        const int pair = (lane % 8) / 2;
+        const u32 words[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
+        const u32 bits[4] = {raw.qh.x, raw.qh.y, raw.qh.z, raw.qh.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const u32 low = (words[w] & 0x0f0f0f0fu) | (((bits[w] >> (2 * pair)) & 0x01010101u) << 4);
+            const u32 high = ((words[w] >> 4) & 0x0f0f0f0fu) | (((bits[w] >> (2 * pair + 1)) & 0x01010101u) << 4);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                q[4 * w + i] = byte_value(low, i, MAGIC);
+                q[RUN + 4 * w + i] = byte_value(high, i, MAGIC);
+            }
+        }
+    }
+    __device__ static u32 column(u32 group, int lane, int run) { return Lanes<FMT_Q4_K>::column(group, lane, run); }
 };
 
 // Q6_K (210-byte blocks, 2-byte aligned): a group is one block; lanes of half h = l/16 take
@@ -440,6 +487,7 @@ MATVEC_KERNELS(f16, FMT_F16)
 MATVEC_KERNELS(bf16, FMT_BF16)
 MATVEC_KERNELS(q8_0, FMT_Q8_0)
 MATVEC_KERNELS(q4_k, FMT_Q4_K)
+MATVEC_KERNELS(q5_k, FMT_Q5_K)
 MATVEC_KERNELS(q6_k, FMT_Q6_K)
 MATVEC_KERNEL(matvec_any_f32, matvec_any<FMT_F32>)
 MATVEC_KERNEL(matvec_any_f16, matvec_any<FMT_F16>)

@@ -7,12 +7,14 @@
 #define FMT_Q8_0 3
 #define FMT_Q4_K 4
 #define FMT_Q6_K 5
+#define FMT_Q5_K 6
 
 #define QK8_0 32
 #define Q8_0_BYTES 34
 #define QK_K 256
 #define Q4_K_BYTES 144
 #define Q6_K_BYTES 210
+#define Q5_K_BYTES 176
 
 template <int FMT> struct Format;
 
@@ -104,6 +106,30 @@ template <> struct Format<FMT_Q6_K> {
         for (int i = 0; i < CHUNK; ++i) {
             const int q = ((ql[i] >> nibble_shift) & 0x0f) | (((qh[i] >> high_shift) & 3) << 4);
             out[i] = d * (float)(q - 32);
+        }
+    }
+};
+
+// Q5_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales and mins (as Q4_K), 32 bytes of fifth
+// bits, 128 bytes of nibbles (as Q4_K). Element e = 64k + 32h + l takes the low (h = 0) or high
+// nibble of qs[32k + l] and bit 2k + h of qh[l].
+template <> struct Format<FMT_Q5_K> {
+    static const int CHUNK = 16;
+    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+        const u8 *block = row + (size_t)(chunk / 16) * Q5_K_BYTES;
+        const int element = (chunk % 16) * CHUNK;
+        const int sub = element / 32;
+        int scale, min;
+        q4_k_scale_min(block + 4, sub, &scale, &min);
+        const float d = f16_bits_to_f32(load_u16(block)) * (float)scale;
+        const float m = f16_bits_to_f32(load_u16(block + 2)) * (float)min;
+        const u8 *qh = block + 16 + element % 32;
+        const u8 *qs = block + 48 + (element / 64) * 32 + element % 32;
+        const int shift = (sub % 2) * 4;
+#pragma unroll
+        for (int i = 0; i < CHUNK; ++i) {
+            const int q = ((qs[i] >> shift) & 0x0f) | (((qh[i] >> sub) & 1) << 4);
+            out[i] = d * (float)q - m;
         }
     }
 };

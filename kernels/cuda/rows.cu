@@ -35,6 +35,7 @@ EMBED_KERNEL(embed_f16, FMT_F16)
 EMBED_KERNEL(embed_bf16, FMT_BF16)
 EMBED_KERNEL(embed_q8_0, FMT_Q8_0)
 EMBED_KERNEL(embed_q4_k, FMT_Q4_K)
+EMBED_KERNEL(embed_q5_k, FMT_Q5_K)
 EMBED_KERNEL(embed_q6_k, FMT_Q6_K)
 
 // dst row i = src row index[i], one thread per element; `total` = n_rows * row_len. Serves

@@ -93,8 +93,15 @@ fn random_weight(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u
     random_blocks(ty, rows * cols / ty.block_size(), rng, Floats::Moderate)
 }
 
-const WEIGHT_TYPES: [GgmlType; 6] =
-    [GgmlType::F32, GgmlType::F16, GgmlType::Bf16, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K];
+const WEIGHT_TYPES: [GgmlType; 7] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
 
 #[test]
 fn embed_matches_cpu_for_every_supported_type() {

@@ -70,7 +70,13 @@ impl Gemm {
     pub fn supports(ty: GgmlType) -> bool {
         matches!(
             ty,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 | GgmlType::Q8_0 | GgmlType::Q4K | GgmlType::Q6K
+            GgmlType::F32
+                | GgmlType::F16
+                | GgmlType::Bf16
+                | GgmlType::Q8_0
+                | GgmlType::Q4K
+                | GgmlType::Q5K
+                | GgmlType::Q6K
         )
     }
 
@@ -110,6 +116,7 @@ impl Gemm {
         let kernel = match weight.ty {
             GgmlType::Q8_0 => "dequantize_f16_q8_0",
             GgmlType::Q4K => "dequantize_f16_q4_k",
+            GgmlType::Q5K => "dequantize_f16_q5_k",
             GgmlType::Q6K => "dequantize_f16_q6_k",
             ty => return Err(BackendError::Unsupported { op: OP, ty }),
         };

@@ -71,6 +71,7 @@ fn choose(op: &'static str, ty: GgmlType, cols: usize, n_rows: usize) -> Result<
         GgmlType::Bf16 => ("matvec_decode_bf16", "matvec_batch_bf16", Some(("matvec_any_bf16", 8))),
         GgmlType::Q8_0 => ("matvec_decode_q8_0", "matvec_batch_q8_0", None),
         GgmlType::Q4K => ("matvec_decode_q4_k", "matvec_batch_q4_k", None),
+        GgmlType::Q5K => ("matvec_decode_q5_k", "matvec_batch_q5_k", None),
         GgmlType::Q6K => ("matvec_decode_q6_k", "matvec_batch_q6_k", None),
         _ => return Err(BackendError::Unsupported { op, ty }),
     };

@@ -60,7 +60,13 @@ impl WeightMatrix for CudaWeight {
 pub fn is_weight_supported(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 | GgmlType::Q8_0 | GgmlType::Q4K | GgmlType::Q6K
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::Bf16
+            | GgmlType::Q8_0
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
     )
 }
 

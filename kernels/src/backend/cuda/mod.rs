@@ -9,7 +9,7 @@
 //! and tree verify) run matrix-vector kernels that read each weight byte once per tile; larger
 //! batches run through cuBLAS on the tensor cores (f16 operands) when the library is present.
 //! `CANOPY_CUDA_GEMM_MIN_ROWS` moves that threshold, for tuning. Embedding and matmul support
-//! F32, F16, BF16, Q8_0, Q4_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
+//! F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
 //!
 //! Index arrays live on the device, so out-of-range ids, slots or rows are not reported as
 //! [`BackendError::Index`]: the kernels skip them and never read or write out of bounds.

@@ -18,6 +18,7 @@ fn embed_kernel(op: &'static str, ty: GgmlType) -> Result<&'static str, BackendE
         GgmlType::Bf16 => "embed_bf16",
         GgmlType::Q8_0 => "embed_q8_0",
         GgmlType::Q4K => "embed_q4_k",
+        GgmlType::Q5K => "embed_q5_k",
         GgmlType::Q6K => "embed_q6_k",
         _ => return Err(BackendError::Unsupported { op, ty }),
     })
