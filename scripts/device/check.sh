@@ -2,7 +2,7 @@
 # One device call: parity of every CUDA op with the CPU, CPU-vs-CUDA greedy ids on whole models,
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
-# Usage: scripts/device/check.sh [parity] [small] [8b] [kernels] [profile] [bf16]
+# Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [profile] [bf16]
 # (default: parity small 8b). Build here first:
 #   cargo build --release -p canopy-cli
 #   cargo test --release -p canopy-kernels --test backend_cuda --no-run
@@ -53,6 +53,18 @@ if has 8b; then
     "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 3 2>&1 | tee "$out/bench-q8b.txt"
     CANOPY_CUDA_GEMM_MIN_ROWS=2 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
         --forward 2,4,8,16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-q8b-gemm.txt"
+fi
+if has verify; then
+    # Verify-sized forwards of both models with the GEMM from MIN_ROWS rows (default 4), recorded
+    # graphs included, and greedy ids whose prompt prefill takes the GEMM.
+    min_rows=${MIN_ROWS:-4}
+    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --out "$models/q8b.gguf" >/dev/null
+    for model in q06 q8b; do
+        CANOPY_CUDA_GEMM_MIN_ROWS=$min_rows same_ids "$models/$model.gguf" "The quick brown fox jumps over" 16 | tee -a "$out/ids.txt"
+        CANOPY_CUDA_GEMM_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/$model.gguf" --backend cuda --prefill 512 \
+            --decode 128 --forward 1,2,4,8,16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-$model-verify.txt"
+    done
 fi
 if has kernels; then
     # Per-shape matmul time against the measured read bandwidth (8B decode and verify shapes).
