@@ -1,5 +1,7 @@
-// Decoding of GGUF block formats in chunks of consecutive elements, shared by embed and matmul.
-// A chunk never straddles a scale, so each decodes with one scale (and min) lookup.
+// Decoding of the device weight formats in chunks of consecutive elements, shared by embed, the
+// float matrix-vector kernels and the GEMM's f16 decode. A chunk never straddles a scale, so each
+// decodes with one scale (and min) lookup. Rows are GGUF blocks, except Q8_0 and Q6_K, whose rows
+// hold every block's quant bytes first and then every block's f16 scale d (layout.rs).
 
 #define FMT_F32 0
 #define FMT_F16 1
@@ -10,42 +12,41 @@
 #define FMT_Q5_K 6
 
 #define QK8_0 32
-#define Q8_0_BYTES 34
 #define QK_K 256
 #define Q4_K_BYTES 144
-#define Q6_K_BYTES 210
 #define Q5_K_BYTES 176
 
 template <int FMT> struct Format;
 
 template <> struct Format<FMT_F32> {
     static const int CHUNK = 1;
-    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
         out[0] = ((const float *)row)[chunk];
     }
 };
 
 template <> struct Format<FMT_F16> {
     static const int CHUNK = 1;
-    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
         out[0] = f16_bits_to_f32(((const u16 *)row)[chunk]);
     }
 };
 
 template <> struct Format<FMT_BF16> {
     static const int CHUNK = 1;
-    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
         out[0] = bf16_bits_to_f32(((const u16 *)row)[chunk]);
     }
 };
 
-// Q8_0: blocks of 32 as f16 d then 32 signed bytes; element = d * q.
+// Q8_0: 32 signed bytes per block, the blocks' f16 scales after the row's quants; element = d * q.
+#define Q8_0_QUANT_BYTES 32
 template <> struct Format<FMT_Q8_0> {
     static const int CHUNK = 8;
-    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
-        const u8 *block = row + (size_t)(chunk / 4) * Q8_0_BYTES;
-        const float d = f16_bits_to_f32(load_u16(block));
-        const signed char *q = (const signed char *)(block + 2) + (chunk % 4) * CHUNK;
+    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
+        const u32 block = chunk / 4;
+        const float d = f16_bits_to_f32(((const u16 *)(row + (size_t)(cols / QK8_0) * Q8_0_QUANT_BYTES))[block]);
+        const signed char *q = (const signed char *)(row + (size_t)block * Q8_0_QUANT_BYTES) + (chunk % 4) * CHUNK;
 #pragma unroll
         for (int i = 0; i < CHUNK; ++i) {
             out[i] = d * (float)q[i];
@@ -68,7 +69,7 @@ __device__ __forceinline__ void q4_k_scale_min(const u8 *packed, int sub, int *s
 // Sub-blocks 2k and 2k+1 (32 elements each) share bytes 32k..32k+32: low nibbles, then high.
 template <> struct Format<FMT_Q4_K> {
     static const int CHUNK = 16;
-    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
         const u8 *block = row + (size_t)(chunk / 16) * Q4_K_BYTES;
         const int element = (chunk % 16) * CHUNK;
         const int sub = element / 32;
@@ -85,13 +86,17 @@ template <> struct Format<FMT_Q4_K> {
     }
 };
 
-// Q6_K: 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 signed scales, f16 d.
-// Element e = 128h + 32j + l (half h, quarter j) takes the low or high nibble of
-// ql[64h + l + 32(j % 2)] (high for j >= 2) and bits 2j..2j+2 of qh[32h + l]; scale e / 16.
+// Q6_K: 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 signed scales per block, the
+// blocks' f16 scales d after the row's quants. Element e = 128h + 32j + l (half h, quarter j)
+// takes the low or high nibble of ql[64h + l + 32(j % 2)] (high for j >= 2) and bits 2j..2j+2 of
+// qh[32h + l]; scale e / 16.
+#define Q6_K_QUANT_BYTES 208
 template <> struct Format<FMT_Q6_K> {
     static const int CHUNK = 16;
-    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
-        const u8 *block = row + (size_t)(chunk / 16) * Q6_K_BYTES;
+    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
+        const u32 block_index = chunk / 16;
+        const u8 *block = row + (size_t)block_index * Q6_K_QUANT_BYTES;
+        const u16 d_bits = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[block_index];
         const int element = (chunk % 16) * CHUNK;
         const int half_index = element / 128;
         const int quarter = (element % 128) / 32;
@@ -99,7 +104,7 @@ template <> struct Format<FMT_Q6_K> {
         const u8 *ql = block + 64 * half_index + 32 * (quarter % 2) + l0;
         const u8 *qh = block + 128 + 32 * half_index + l0;
         const signed char scale = ((const signed char *)(block + 192))[element / 16];
-        const float d = f16_bits_to_f32(load_u16(block + 208)) * (float)scale;
+        const float d = f16_bits_to_f32(d_bits) * (float)scale;
         const int nibble_shift = (quarter / 2) * 4;
         const int high_shift = 2 * quarter;
 #pragma unroll
@@ -115,7 +120,7 @@ template <> struct Format<FMT_Q6_K> {
 // nibble of qs[32k + l] and bit 2k + h of qh[l].
 template <> struct Format<FMT_Q5_K> {
     static const int CHUNK = 16;
-    __device__ static void decode(const u8 *row, u32 chunk, float *out) {
+    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
         const u8 *block = row + (size_t)(chunk / 16) * Q5_K_BYTES;
         const int element = (chunk % 16) * CHUNK;
         const int sub = element / 32;

@@ -16,7 +16,7 @@ __device__ void embed(const u8 *table, size_t row_bytes, u32 table_rows, u32 col
     float *dst = out + (size_t)blockIdx.x * cols;
     for (u32 chunk = threadIdx.x; chunk < cols / F::CHUNK; chunk += blockDim.x) {
         float values[F::CHUNK];
-        F::decode(row, chunk, values);
+        F::decode(row, cols, chunk, values);
 #pragma unroll
         for (int i = 0; i < F::CHUNK; ++i) {
             dst[(size_t)chunk * F::CHUNK + i] = values[i];

@@ -11,10 +11,10 @@ use std::sync::{Mutex, PoisonError};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 use super::context::{Device, device_error, driver, grid, to_u32};
-use super::memory::{CudaTensor, CudaWeight};
+use super::memory::{CudaTensor, CudaWeight, ScratchBuffer};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -47,11 +47,8 @@ pub(super) struct Gemm {
 
 #[derive(Default)]
 struct Scratch {
-    weight: Option<CudaSlice<u16>>,
-    x: Option<CudaSlice<u16>>,
-    /// Buffers outgrown by later calls. Recorded graphs may still launch on them, so they live as
-    /// long as the backend; each is smaller than the buffer that replaced it.
-    retired: Vec<CudaSlice<u16>>,
+    weight: ScratchBuffer<u16>,
+    x: ScratchBuffer<u16>,
 }
 
 impl Gemm {
@@ -96,8 +93,9 @@ impl Gemm {
             return self.gemm_ex(device, (w_ptr, x_ptr, cudaDataType::CUDA_R_32F), rows, n_rows, cols, out);
         }
         let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
-        let Scratch { weight: weight_scratch, x: x_scratch, retired } = &mut *scratch;
-        let x_half = grown(device, x_scratch, retired, n_rows * cols)?;
+        let Scratch { weight: weight_scratch, x: x_scratch } = &mut *scratch;
+        // Every element is written by a conversion kernel before cuBLAS reads it.
+        let x_half = x_scratch.at_least(device, OP, n_rows * cols)?;
         let rounding = if weight.ty == GgmlType::Bf16 { "round_bf16" } else { "round_f16" };
         let count = (n_rows * cols) as u64;
         let mut launch = device.stream.launch_builder(device.function(OP, rounding)?);
@@ -112,7 +110,7 @@ impl Gemm {
             let (w_ptr, _w) = weight.bytes.device_ptr(&device.stream);
             return self.gemm_ex(device, (w_ptr, x_ptr, data_type), rows, n_rows, cols, out);
         }
-        let decoded = grown(device, weight_scratch, retired, rows * cols)?;
+        let decoded = weight_scratch.at_least(device, OP, rows * cols)?;
         let kernel = match weight.ty {
             GgmlType::Q8_0 => "dequantize_f16_q8_0",
             GgmlType::Q4K => "dequantize_f16_q4_k",
@@ -178,22 +176,6 @@ impl Gemm {
         }
         .map_err(|error| device_error(OP, format!("cuBLAS: {error:?}")))
     }
-}
-
-/// The scratch buffer in `slot`, replaced by a larger one (the old one retired) when it holds
-/// fewer than `len` elements.
-fn grown<'a>(
-    device: &Device,
-    slot: &'a mut Option<CudaSlice<u16>>,
-    retired: &mut Vec<CudaSlice<u16>>,
-    len: usize,
-) -> Result<&'a mut CudaSlice<u16>, BackendError> {
-    if slot.as_ref().is_none_or(|buf| buf.len() < len) {
-        // SAFETY: every element is written by a conversion kernel before cuBLAS reads it.
-        let larger = unsafe { device.stream.alloc::<u16>(len.max(1)) }.map_err(driver(OP))?;
-        retired.extend(slot.replace(larger));
-    }
-    slot.as_mut().ok_or_else(|| device_error(OP, "no scratch buffer after allocation"))
 }
 
 fn grid_stride(total: usize) -> Result<LaunchConfig, BackendError> {

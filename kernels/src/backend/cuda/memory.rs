@@ -1,6 +1,8 @@
 //! Device buffers of the CUDA backend.
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DeviceRepr};
+
+use super::context::{Device, device_error, driver};
 
 use crate::backend::{BackendError, DeviceArray, WeightMatrix};
 use crate::quant::GgmlType;
@@ -20,12 +22,13 @@ pub struct CudaIndex {
     pub(super) len: usize,
 }
 
-/// A weight matrix in device memory, its GGUF bytes stored as they are.
+/// A weight matrix in device memory, its rows laid out as `layout.rs` describes.
 #[derive(Debug)]
 pub struct CudaWeight {
     pub(super) ty: GgmlType,
     pub(super) rows: usize,
     pub(super) cols: usize,
+    /// The stride between device rows.
     pub(super) row_bytes: usize,
     pub(super) bytes: CudaSlice<u8>,
 }
@@ -91,4 +94,36 @@ pub(super) fn weight_row_bytes(
         return Err(BackendError::shape(OP, detail));
     }
     Ok(row_bytes)
+}
+
+/// A scratch buffer that only grows. A buffer it outgrows is retired rather than freed: recorded
+/// graphs may still launch kernels on it, so it lives as long as the backend (each is smaller
+/// than the one that replaced it).
+pub(super) struct ScratchBuffer<T> {
+    current: Option<CudaSlice<T>>,
+    retired: Vec<CudaSlice<T>>,
+}
+
+impl<T> Default for ScratchBuffer<T> {
+    fn default() -> Self {
+        Self { current: None, retired: Vec::new() }
+    }
+}
+
+impl<T: DeviceRepr> ScratchBuffer<T> {
+    /// The buffer, grown to hold at least `len` elements. Its contents are unspecified: callers
+    /// write every element they read.
+    pub fn at_least(
+        &mut self,
+        device: &Device,
+        op: &'static str,
+        len: usize,
+    ) -> Result<&mut CudaSlice<T>, BackendError> {
+        if self.current.as_ref().is_none_or(|buf| buf.len() < len) {
+            // SAFETY: uninitialised device memory; see the contract above.
+            let larger = unsafe { device.stream.alloc::<T>(len.max(1)) }.map_err(driver(op))?;
+            self.retired.extend(self.current.replace(larger));
+        }
+        self.current.as_mut().ok_or_else(|| device_error(op, "no scratch buffer after allocation"))
+    }
 }

@@ -5,9 +5,11 @@
 //! back to the CPU backend. Kernel sources are the `.cu` files of `kernels/cuda/`, embedded in the
 //! binary and compiled to CUBIN on first use, cached on disk (see [`cache_dir`]).
 //!
-//! Weights stay in their GGUF block format on the device. Matmuls of up to 64 input rows (decode
-//! and tree verify) run matrix-vector kernels that read each weight byte once per tile; larger
-//! batches run through cuBLAS on the tensor cores (f16 operands) when the library is present.
+//! Weights stay in their GGUF block format on the device (Q8_0 and Q6_K rows with their scales
+//! moved to the row's end, see layout.rs). Matmuls of up to 64 input rows (decode and tree
+//! verify) run matrix-vector kernels that read each weight byte once, with the activations
+//! rounded to int8 for the block-quantized formats; larger batches run through cuBLAS on the
+//! tensor cores (f16 operands) when the library is present.
 //! `CANOPY_CUDA_GEMM_MIN_ROWS` moves that threshold, for tuning. Embedding and matmul support
 //! F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
 //!
@@ -23,6 +25,7 @@ mod elementwise;
 mod error;
 mod gemm;
 mod graph;
+mod layout;
 mod matmul;
 mod memory;
 mod norm;
@@ -61,6 +64,8 @@ pub struct CudaBackend {
     gemm_min_rows: usize,
     /// Softmax states of attention rows split across blocks (see attention.rs).
     attention_partials: Mutex<CudaSlice<f32>>,
+    /// The int8 copy of a quantized matmul's input (see matmul.rs).
+    activations: Mutex<matmul::QuantizedActivations>,
     name: String,
 }
 
@@ -75,6 +80,7 @@ impl CudaBackend {
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
             attention_partials,
+            activations: Mutex::default(),
             name: format!("cuda:{ordinal}"),
         })
     }
@@ -197,7 +203,7 @@ impl Backend for CudaBackend {
                 super::shape::matmul(x, weight, n_rows, out)?;
                 gemm.matmul(&self.device, x, weight, n_rows, out)
             }
-            _ => matmul::matmul(&self.device, x, weight, n_rows, out),
+            _ => matmul::matmul(&self.device, &self.activations, x, weight, n_rows, out),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Allocation and host-device copies.
 
 use super::context::{Device, driver};
+use super::layout;
 use super::memory::{CudaIndex, CudaTensor, CudaWeight, weight_row_bytes};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -70,11 +71,17 @@ pub(super) fn upload_weight(
     bytes: &[u8],
 ) -> Result<CudaWeight, BackendError> {
     const OP: &str = "upload_weight";
-    let row_bytes = weight_row_bytes(ty, rows, cols, bytes.len())?;
-    let mut buf = zeroed(device, OP, bytes.len())?;
-    if !bytes.is_empty() {
-        device.stream.memcpy_htod(bytes, &mut buf.slice_mut(..bytes.len())).map_err(driver(OP))?;
+    let gguf_row_bytes = weight_row_bytes(ty, rows, cols, bytes.len())?;
+    let split = layout::split_rows(ty, bytes, gguf_row_bytes);
+    let device_bytes = split.as_deref().unwrap_or(bytes);
+    let mut buf = zeroed(device, OP, device_bytes.len())?;
+    if !device_bytes.is_empty() {
+        device
+            .stream
+            .memcpy_htod(device_bytes, &mut buf.slice_mut(..device_bytes.len()))
+            .map_err(driver(OP))?;
     }
+    let row_bytes = layout::device_row_bytes(ty, gguf_row_bytes);
     Ok(CudaWeight { ty, rows, cols, row_bytes, bytes: buf })
 }
 

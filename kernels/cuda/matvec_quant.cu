@@ -1,0 +1,388 @@
+// Matrix-vector products of block-quantized weights with int8 activations: out[b, r] =
+// sum_c x[b, c] * W[r, c] for decode and verify-sized batches.
+//
+// quantize_q8 rounds each input row to int8 in blocks of 32 columns, keeping per block the scale d
+// (max |x| / 127) and the exact sum of the block's x (for the formats with a min). The kernels then
+// multiply four quants at a time with dp4a: a 4-bit weight costs about one instruction instead of
+// the three or four of a float multiply-add, which is what keeps these kernels near the memory
+// bandwidth rather than the issue rate. The error is the activations' rounding, at most d / 2 per
+// element.
+//
+// A block of QMATVEC_WARPS warps computes ROWS weight rows. The warps split each row's groups of
+// quant blocks between them (split-K) and add their partial sums in shared memory at the end.
+// Input rows are taken TILE at a time; the weights of later tiles come from L1 or L2, so DRAM
+// reads each weight byte once per call.
+
+#define QMATVEC_WARPS 4
+#define Q8_BLOCK 32
+
+// Rows of x as int8 blocks of 32: one group of 8 lanes per block, four columns per lane.
+// `n_blocks` = n_rows * cols / 32.
+extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, float2 *scales) {
+    const u32 thread = blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 block = thread / 8;
+    const bool live = block < n_blocks;
+    const float4 v = live ? ((const float4 *)x)[thread] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    float sum = (v.x + v.y) + (v.z + v.w);
+#pragma unroll
+    for (int offset = 4; offset > 0; offset >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, offset));
+        sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+    }
+    const float d = amax / 127.0f;
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const u32 packed = (u32)(__float2int_rn(v.x * inverse) & 0xff) |
+                       ((u32)(__float2int_rn(v.y * inverse) & 0xff) << 8) |
+                       ((u32)(__float2int_rn(v.z * inverse) & 0xff) << 16) |
+                       ((u32)(__float2int_rn(v.w * inverse) & 0xff) << 24);
+    if (live) {
+        q[thread] = packed;
+        if (thread % 8 == 0) {
+            scales[block] = make_float2(d, sum);
+        }
+    }
+}
+
+__device__ __forceinline__ u32 byte_of(u32 word, int index) { return (word >> (8 * index)) & 0xffu; }
+
+// How a warp's lanes share a format. A group is GROUP_COLS columns of a weight row.
+//   load(row, cols, group, lane, raw)    the lane's weight bytes; false when it has none
+//   decode(raw, lane, dec)               weights as int8 words and float scales, registers only
+//   load_x(q, scales, group, lane, x)    the lane's activations of one input row
+//   dot(dec, x, lane)                    the lane's share of the row's dot product
+template <int FMT> struct QLanes;
+
+// Q4_K and Q5_K (16-byte aligned blocks): a group is four blocks, eight lanes per block. Lane j of
+// a block takes quant bytes 16j..16j+16, whose low nibbles are 16 columns of sub-block 2(j/2) and
+// high nibbles the same 16 of sub-block 2(j/2) + 1.
+struct KQuantDecoded {
+    u32 low[4], high[4];
+    float scale_low, scale_high, min_low, min_high;
+};
+
+struct KQuantActivations {
+    uint4 low, high;
+    float4 scales;  // (d, sum) of the low sub-block, then of the high one
+};
+
+// The 6-bit scale and min of sub-blocks 2 * pair and 2 * pair + 1, from a block's first 16 bytes.
+// Only even lanes carry the min, so each sub-block's min term counts once.
+__device__ __forceinline__ void k_quant_scales(uint4 head, int lane, KQuantDecoded &dec) {
+    const float d = f16_bits_to_f32(head.x & 0xffff);
+    const float dmin = lane % 2 == 0 ? f16_bits_to_f32(head.x >> 16) : 0.0f;
+    const int pair = (lane % 8) / 2;
+    float scale[2], min[2];
+#pragma unroll
+    for (int half_index = 0; half_index < 2; ++half_index) {
+        const int s = 2 * pair + half_index;
+        u32 sc, mn;
+        if (s < 4) {
+            sc = byte_of(head.y, s) & 63;
+            mn = byte_of(head.z, s) & 63;
+        } else {
+            const int t = s - 4;
+            sc = (byte_of(head.w, t) & 0x0f) | ((byte_of(head.y, t) >> 6) << 4);
+            mn = (byte_of(head.w, t) >> 4) | ((byte_of(head.z, t) >> 6) << 4);
+        }
+        scale[half_index] = d * (float)sc;
+        min[half_index] = dmin * (float)mn;
+    }
+    dec.scale_low = scale[0];
+    dec.scale_high = scale[1];
+    dec.min_low = min[0];
+    dec.min_high = min[1];
+}
+
+struct KQuantLanes {
+    static const u32 GROUP_COLS = 4 * QK_K;
+    typedef KQuantDecoded Decoded;
+    typedef KQuantActivations Activations;
+    __device__ static u32 block_of(u32 group, int lane) { return group * 4 + lane / 8; }
+    __device__ static void load_x(const u8 *q, const float2 *scales, u32 group, int lane, Activations &x) {
+        const u32 col = block_of(group, lane) * QK_K + 64 * ((lane % 8) / 2) + 16 * (lane % 2);
+        x.low = *(const uint4 *)(q + col);
+        x.high = *(const uint4 *)(q + col + 32);
+        x.scales = *(const float4 *)(scales + (col / 64) * 2);
+    }
+    __device__ static float dot(const Decoded &w, const Activations &x, int) {
+        const u32 low[4] = {x.low.x, x.low.y, x.low.z, x.low.w};
+        const u32 high[4] = {x.high.x, x.high.y, x.high.z, x.high.w};
+        int sum_low = 0, sum_high = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            sum_low = __dp4a((int)w.low[i], (int)low[i], sum_low);
+            sum_high = __dp4a((int)w.high[i], (int)high[i], sum_high);
+        }
+        return w.scale_low * x.scales.x * (float)sum_low + w.scale_high * x.scales.z * (float)sum_high -
+               (w.min_low * x.scales.y + w.min_high * x.scales.w);
+    }
+};
+
+template <> struct QLanes<FMT_Q4_K> : KQuantLanes {
+    struct Raw {
+        uint4 head, qs;
+    };
+    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+        const u32 block = block_of(group, lane);
+        if (block >= cols / QK_K) {
+            return false;
+        }
+        const u8 *bytes = row + (size_t)block * Q4_K_BYTES;
+        raw.head = *(const uint4 *)bytes;
+        raw.qs = *(const uint4 *)(bytes + 16 + 16 * (lane % 8));
+        return true;
+    }
+    __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
+        k_quant_scales(raw.head, lane, dec);
+        const u32 words[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            dec.low[i] = words[i] & 0x0f0f0f0fu;
+            dec.high[i] = (words[i] >> 4) & 0x0f0f0f0fu;
+        }
+    }
+};
+
+// Q5_K adds the fifth bits: bit 2k + h of qh[l] for column 64k + 32h + l of the block. Lane j
+// also loads qh[16(j % 2)..+16], the fifth bits of its 16 columns in every sub-block.
+template <> struct QLanes<FMT_Q5_K> : KQuantLanes {
+    struct Raw {
+        uint4 head, qh, qs;
+    };
+    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+        const u32 block = block_of(group, lane);
+        if (block >= cols / QK_K) {
+            return false;
+        }
+        const u8 *bytes = row + (size_t)block * Q5_K_BYTES;
+        raw.head = *(const uint4 *)bytes;
+        raw.qh = *(const uint4 *)(bytes + 16 + 16 * (lane % 2));
+        raw.qs = *(const uint4 *)(bytes + 48 + 16 * (lane % 8));
+        return true;
+    }
+    __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
+        k_quant_scales(raw.head, lane, dec);
+        const int pair = (lane % 8) / 2;
+        const u32 words[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
+        const u32 fifth[4] = {raw.qh.x, raw.qh.y, raw.qh.z, raw.qh.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            dec.low[i] = (words[i] & 0x0f0f0f0fu) | (((fifth[i] >> (2 * pair)) & 0x01010101u) << 4);
+            dec.high[i] = ((words[i] >> 4) & 0x0f0f0f0fu) | (((fifth[i] >> (2 * pair + 1)) & 0x01010101u) << 4);
+        }
+    }
+};
+
+// Q6_K (split rows, see quant.cuh): a group is four blocks, eight lanes per block. Lane k of a
+// block takes half h = k / 4 and columns l = 8(k % 4)..+8 of each quarter j of that half: ql bytes
+// 64h + l (quarters 0 and 2) and 64h + 32 + l (1 and 3), qh bytes 32h + l, scale 8h + 2j + l / 16.
+template <> struct QLanes<FMT_Q6_K> {
+    static const u32 GROUP_COLS = 4 * QK_K;
+    struct Raw {
+        uint2 ql_even, ql_odd, qh, scales;
+        u16 d;
+    };
+    struct Decoded {
+        u32 q[4][2];
+        float scale[4];
+    };
+    struct Activations {
+        uint2 q[4];
+        float4 scales[2];  // (d, sum) of the four quarters' 32-column blocks
+    };
+    __device__ static u32 block_of(u32 group, int lane) { return group * 4 + lane / 8; }
+    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+        const u32 block = block_of(group, lane);
+        const u32 n_blocks = cols / QK_K;
+        if (block >= n_blocks) {
+            return false;
+        }
+        const u8 *bytes = row + (size_t)block * Q6_K_QUANT_BYTES;
+        const int half_index = (lane % 8) / 4;
+        const int l = 8 * (lane % 4);
+        raw.ql_even = *(const uint2 *)(bytes + 64 * half_index + l);
+        raw.ql_odd = *(const uint2 *)(bytes + 64 * half_index + 32 + l);
+        raw.qh = *(const uint2 *)(bytes + 128 + 32 * half_index + l);
+        raw.scales = *(const uint2 *)(bytes + 192 + 8 * half_index);
+        raw.d = ((const u16 *)(row + (size_t)n_blocks * Q6_K_QUANT_BYTES))[block];
+        return true;
+    }
+    __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
+        const float d = f16_bits_to_f32(raw.d);
+        const int l = 8 * (lane % 4);
+        const u32 qh[2] = {raw.qh.x, raw.qh.y};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint2 ql = j % 2 ? raw.ql_odd : raw.ql_even;
+            const u32 low[2] = {ql.x, ql.y};
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+                const u32 nibbles = (low[w] >> (4 * (j / 2))) & 0x0f0f0f0fu;
+                const u32 top = ((qh[w] >> (2 * j)) & 0x03030303u) << 4;
+                dec.q[j][w] = __vsub4(nibbles | top, 0x20202020u);
+            }
+            const int s = 2 * j + l / 16;
+            const int scale = (signed char)byte_of(s < 4 ? raw.scales.x : raw.scales.y, s % 4);
+            dec.scale[j] = d * (float)scale;
+        }
+    }
+    __device__ static void load_x(const u8 *q, const float2 *scales, u32 group, int lane, Activations &x) {
+        const u32 col = block_of(group, lane) * QK_K + 128 * ((lane % 8) / 4) + 8 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            x.q[j] = *(const uint2 *)(q + col + 32 * j);
+        }
+        const float4 *quarter_scales = (const float4 *)(scales + col / Q8_BLOCK);
+        x.scales[0] = quarter_scales[0];
+        x.scales[1] = quarter_scales[1];
+    }
+    __device__ static float dot(const Decoded &w, const Activations &x, int) {
+        const float d[4] = {x.scales[0].x, x.scales[0].z, x.scales[1].x, x.scales[1].z};
+        float total = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int sum = __dp4a((int)w.q[j][1], (int)x.q[j].y, __dp4a((int)w.q[j][0], (int)x.q[j].x, 0));
+            total = fmaf(w.scale[j] * d[j], (float)sum, total);
+        }
+        return total;
+    }
+};
+
+// Q8_0 (split rows, see quant.cuh): a group is sixteen blocks, two lanes per block, sixteen quants
+// per lane.
+template <> struct QLanes<FMT_Q8_0> {
+    static const u32 GROUP_COLS = 16 * QK8_0;
+    struct Raw {
+        uint4 q;
+        u16 d;
+    };
+    struct Decoded {
+        uint4 q;
+        float d;
+    };
+    struct Activations {
+        uint4 q;
+        float d;
+    };
+    __device__ static u32 block_of(u32 group, int lane) { return group * 16 + lane / 2; }
+    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+        const u32 block = block_of(group, lane);
+        const u32 n_blocks = cols / QK8_0;
+        if (block >= n_blocks) {
+            return false;
+        }
+        raw.q = *(const uint4 *)(row + (size_t)block * Q8_0_QUANT_BYTES + 16 * (lane % 2));
+        raw.d = ((const u16 *)(row + (size_t)n_blocks * Q8_0_QUANT_BYTES))[block];
+        return true;
+    }
+    __device__ static void decode(const Raw &raw, int, Decoded &dec) {
+        dec.q = raw.q;
+        dec.d = f16_bits_to_f32(raw.d);
+    }
+    __device__ static void load_x(const u8 *q, const float2 *scales, u32 group, int lane, Activations &x) {
+        const u32 block = block_of(group, lane);
+        x.q = *(const uint4 *)(q + block * QK8_0 + 16 * (lane % 2));
+        x.d = scales[block].x;
+    }
+    __device__ static float dot(const Decoded &w, const Activations &x, int) {
+        int sum = __dp4a((int)w.q.x, (int)x.q.x, 0);
+        sum = __dp4a((int)w.q.y, (int)x.q.y, sum);
+        sum = __dp4a((int)w.q.z, (int)x.q.z, sum);
+        sum = __dp4a((int)w.q.w, (int)x.q.w, sum);
+        return w.d * x.d * (float)sum;
+    }
+};
+
+// x_q: n_rows x cols int8 activations, x_scales: n_rows x cols / 32 (d, sum) pairs.
+template <int FMT, int ROWS, int TILE>
+__device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const u8 *weight, size_t row_bytes, u32 rows,
+                          u32 cols, u32 n_rows, float *out) {
+    typedef QLanes<FMT> L;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const u32 row0 = blockIdx.x * ROWS;
+    const u32 n_groups = (cols + L::GROUP_COLS - 1) / L::GROUP_COLS;
+    __shared__ float partial[QMATVEC_WARPS][ROWS * TILE];
+    for (u32 first = 0; first < n_rows; first += TILE) {
+        const u32 tile = min((u32)TILE, n_rows - first);
+        float acc[ROWS][TILE];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+            for (int b = 0; b < TILE; ++b) {
+                acc[r][b] = 0.0f;
+            }
+        }
+        for (u32 group = warp; group < n_groups; group += QMATVEC_WARPS) {
+            typename L::Raw raw[ROWS];
+            bool has_block = true;
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                // Rows past the end repeat the last one; their sums are never written.
+                const u32 row = min(row0 + r, rows - 1);
+                has_block = L::load(weight + (size_t)row * row_bytes, cols, group, lane, raw[r]);
+            }
+            if (!has_block) {
+                continue;
+            }
+            typename L::Decoded dec[ROWS];
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                L::decode(raw[r], lane, dec[r]);
+            }
+#pragma unroll
+            for (int b = 0; b < TILE; ++b) {
+                if (b < tile) {
+                    const size_t input_row = first + b;
+                    typename L::Activations x;
+                    L::load_x(x_q + input_row * cols, x_scales + input_row * (cols / Q8_BLOCK), group, lane, x);
+#pragma unroll
+                    for (int r = 0; r < ROWS; ++r) {
+                        acc[r][b] += L::dot(dec[r], x, lane);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+            for (int b = 0; b < TILE; ++b) {
+                const float sum = warp_sum(acc[r][b]);
+                if (lane == 0) {
+                    partial[warp][r * TILE + b] = sum;
+                }
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < ROWS * TILE; i += blockDim.x) {
+            const u32 row = row0 + i / TILE;
+            const u32 b = i % TILE;
+            if (row < rows && b < tile) {
+                float total = 0.0f;
+#pragma unroll
+                for (int w = 0; w < QMATVEC_WARPS; ++w) {
+                    total += partial[w][i];
+                }
+                out[(size_t)(first + b) * rows + row] = total;
+            }
+        }
+        // The next tile writes `partial` again.
+        __syncthreads();
+    }
+}
+
+#define MATVEC_Q8_KERNEL(NAME, FMT, ROWS, TILE)                                                   \
+    extern "C" __global__ void NAME(const u8 *x_q, const float2 *x_scales, const u8 *weight,       \
+                                    size_t row_bytes, u32 rows, u32 cols, u32 n_rows, float *out) {\
+        matvec_q8<FMT, ROWS, TILE>(x_q, x_scales, weight, row_bytes, rows, cols, n_rows, out);     \
+    }
+
+#define MATVEC_Q8_KERNELS(SUFFIX, FMT)                                                             \
+    MATVEC_Q8_KERNEL(matvec_q8_decode_##SUFFIX, FMT, 4, 1)                                         \
+    MATVEC_Q8_KERNEL(matvec_q8_batch_##SUFFIX, FMT, 2, 8)
+
+MATVEC_Q8_KERNELS(q8_0, FMT_Q8_0)
+MATVEC_Q8_KERNELS(q4_k, FMT_Q4_K)
+MATVEC_Q8_KERNELS(q5_k, FMT_Q5_K)
+MATVEC_Q8_KERNELS(q6_k, FMT_Q6_K)
