@@ -556,8 +556,15 @@ impl<B: Backend> Weights<'_, B> {
         let (q_rope, k_rope) = (config.rope_params(config.n_heads), config.rope_params(config.n_kv_heads));
         let eps = config.rms_eps;
         backend.embed(self.token_embd, &s.token_ids, n, &mut s.residual)?;
+        // Whether `delta` holds the last FFN output, not yet added to the residual: the next
+        // layer adds it in its first norm (one kernel instead of two).
+        let mut delta_pending = false;
         for (index, layer) in self.layers.iter().enumerate() {
-            backend.rms_norm(&s.residual, &layer.attn_norm, n, eps, &mut s.normed)?;
+            if delta_pending {
+                backend.add_rms_norm(&mut s.residual, &s.delta, &layer.attn_norm, n, eps, &mut s.normed)?;
+            } else {
+                backend.rms_norm(&s.residual, &layer.attn_norm, n, eps, &mut s.normed)?;
+            }
             backend.matmul(&s.normed, &layer.attn_q, n, &mut s.q_raw)?;
             backend.matmul(&s.normed, &layer.attn_k, n, &mut s.k_raw)?;
             backend.matmul(&s.normed, &layer.attn_v, n, &mut s.v)?;
@@ -578,8 +585,10 @@ impl<B: Backend> Weights<'_, B> {
             backend.matmul(&s.normed, &layer.ffn_up, n, &mut s.up)?;
             backend.swiglu(&s.gate, &s.up, n * config.ffn, &mut s.act)?;
             backend.matmul(&s.act, &layer.ffn_down, n, &mut s.delta)?;
-            backend.add(&mut s.residual, &s.delta, n * config.hidden)?;
-            if capture {
+            delta_pending = true;
+            if capture && self.capture_layers.contains(&index) {
+                backend.add(&mut s.residual, &s.delta, n * config.hidden)?;
+                delta_pending = false;
                 // Gathering every row is a plain copy: the backend has no separate copy op.
                 for (&layer, captured) in self.capture_layers.iter().zip(&mut s.captured) {
                     if layer == index {
@@ -591,12 +600,20 @@ impl<B: Backend> Weights<'_, B> {
 
         let lm_head = self.output.unwrap_or(self.token_embd);
         match logits {
+            // Nothing reads the final residual.
             LogitPlan::Picked(0) => {}
             LogitPlan::Every => {
-                backend.rms_norm(&s.residual, self.output_norm, n, eps, &mut s.normed)?;
+                if delta_pending {
+                    backend.add_rms_norm(&mut s.residual, &s.delta, self.output_norm, n, eps, &mut s.normed)?;
+                } else {
+                    backend.rms_norm(&s.residual, self.output_norm, n, eps, &mut s.normed)?;
+                }
                 backend.matmul(&s.normed, lm_head, n, &mut s.logits)?;
             }
             LogitPlan::Picked(rows) => {
+                if delta_pending {
+                    backend.add(&mut s.residual, &s.delta, n * config.hidden)?;
+                }
                 backend.gather_rows(&s.residual, &s.logit_rows, rows, config.hidden, &mut s.picked)?;
                 backend.rms_norm(&s.picked, self.output_norm, rows, eps, &mut s.normed)?;
                 backend.matmul(&s.normed, lm_head, rows, &mut s.logits)?;
