@@ -1,8 +1,12 @@
 // Paged multi-sequence attention. Each (query row, head) gets n_splits blocks, each taking an even
 // share of the row's 32-key chunks; a block's warps take turns on its chunks and merge their
-// online-softmax states in shared memory. With one split the block writes the output; with more
+// online-softmax states in shared memory. With one split the block writes the output. With more
 // (decode, where rows x heads alone would leave most SMs idle) each block writes its state
-// (max, sum, unnormalised output) to `partials` and attention_combine merges them.
+// (max, sum, unnormalised output) to `partials` and counts itself done on the task's counter, and
+// the block that finishes last merges the states. Merging there rather than in a second kernel
+// saves a launch per layer on every decode step; since no block waits for another, it holds
+// however the blocks are scheduled. The last block puts the counter back to zero, so every launch,
+// and every replay of a recorded graph, starts from zeroed counters.
 //
 // Within a chunk, lane l scores key l (a whole q . k dot product from the query in shared memory),
 // the chunk's softmax takes one warp reduction, and the value rows are then read coalesced, lanes
@@ -56,11 +60,12 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
                                      const u32 *sequences, u32 n_sequences, const u32 *block_tables,
                                      const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,
                                      u32 n_kv_heads, u32 head_dim, float scale, u32 n_splits,
-                                     float *partials, float *out) {
+                                     float *partials, u32 *counters, float *out) {
     __shared__ float q_shared[MAX_HEAD_DIM];
     __shared__ float max_shared[ATTENTION_WARPS];
     __shared__ float sum_shared[ATTENTION_WARPS];
     __shared__ float acc_shared[ATTENTION_WARPS][MAX_HEAD_DIM];
+    __shared__ bool merges;
 
     const u32 task = blockIdx.x / n_splits;
     const u32 split = blockIdx.x % n_splits;
@@ -68,13 +73,8 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
     const u32 head = task % n_heads;
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
-    // This split's state when the output is merged from several: max, sum, then the output
-    // scaled by exp(-max). A block with nothing to attend leaves an empty state.
-    float *state = partials + (size_t)blockIdx.x * (head_dim + 2);
-    if (n_splits > 1 && threadIdx.x == 0) {
-        state[0] = -INFINITY;
-        state[1] = 0.0f;
-    }
+    // These exits depend on the row alone, so all of a task's splits take them or none does, and
+    // its counter stays balanced either way.
     if (row >= n_rows) {
         return;
     }
@@ -202,6 +202,9 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
         }
         return;
     }
+    // This split's state: max, sum, then the output scaled by exp(-max). A split with nothing to
+    // attend writes max -inf and sum 0, which the merge skips.
+    float *state = partials + (size_t)blockIdx.x * (head_dim + 2);
     if (threadIdx.x == 0) {
         state[0] = block_max_value;
         state[1] = total;
@@ -214,31 +217,49 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
         }
         state[2 + d] = value;
     }
-}
-
-// Merges the n_splits states of each (row, head) task into its output row. One block per task.
-extern "C" __global__ void attention_combine(const float *partials, u32 n_splits, u32 head_dim, float *out) {
-    const float *states = partials + (size_t)blockIdx.x * n_splits * (head_dim + 2);
+    // Every thread fences its own writes, and the barrier puts all those fences before the count:
+    // a block that sees this block counted also sees its whole state.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        merges = atomicAdd(&counters[task], 1u) == n_splits - 1;
+    }
+    __syncthreads();
+    if (!merges) {
+        return;
+    }
+    // Orders the reads of the other splits' states after the count that showed them all done.
+    // The reads also bypass L1 (__ldcg), which could hold a line read before it was written
+    // (one shared with a neighbouring task's states, read by an earlier merge on this SM).
+    __threadfence();
+    const float *states = partials + (size_t)task * n_splits * (head_dim + 2);
     float max_value = -INFINITY;
     for (u32 s = 0; s < n_splits; ++s) {
-        max_value = fmaxf(max_value, states[(size_t)s * (head_dim + 2)]);
+        max_value = fmaxf(max_value, __ldcg(states + (size_t)s * (head_dim + 2)));
     }
-    float total = 0.0f;
+    float merged_total = 0.0f;
     for (u32 s = 0; s < n_splits; ++s) {
-        const float *state = states + (size_t)s * (head_dim + 2);
-        if (state[0] != -INFINITY) {
-            total += state[1] * expf(state[0] - max_value);
+        const float *split_state = states + (size_t)s * (head_dim + 2);
+        const float split_max = __ldcg(split_state);
+        if (split_max != -INFINITY) {
+            merged_total += __ldcg(split_state + 1) * expf(split_max - max_value);
         }
     }
-    const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+    const float inv_total = merged_total > 0.0f ? 1.0f / merged_total : 0.0f;
+    float *out_head = out + (size_t)task * head_dim;
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float value = 0.0f;
         for (u32 s = 0; s < n_splits; ++s) {
-            const float *state = states + (size_t)s * (head_dim + 2);
-            if (state[0] != -INFINITY) {
-                value += state[2 + d] * expf(state[0] - max_value);
+            const float *split_state = states + (size_t)s * (head_dim + 2);
+            const float split_max = __ldcg(split_state);
+            if (split_max != -INFINITY) {
+                value += __ldcg(split_state + 2 + d) * expf(split_max - max_value);
             }
         }
-        out[(size_t)blockIdx.x * head_dim + d] = value * inv_total;
+        out_head[d] = value * inv_total;
+    }
+    // Every split has counted itself, so nothing else touches the counter in this launch.
+    if (threadIdx.x == 0) {
+        counters[task] = 0;
     }
 }

@@ -1,4 +1,89 @@
-// RMS norms, one block per row: out = x / sqrt(mean(x^2) + eps) * weight.
+// RMS norms: out = x / sqrt(mean(x^2) + eps) * weight, optionally after residual += delta.
+//
+// A decode step norms one 4096-wide row, so a kernel that loops over the row twice with one block
+// is latency-bound on a single SM. When the row is a whole number of float4 and fits in
+// registers (up to NORM_MAX_VECS float4 per thread), each thread loads its share once and keeps
+// it: rows up to 512 wide take one warp each (the per-head q/k norms), longer ones a block of up
+// to 1024 threads. Other rows take the looping kernels.
+
+#define NORM_MAX_VECS 4
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+// The row a thread group norms, the thread's index in it and the group's size.
+template <bool PER_WARP> struct NormGroup {
+    u32 row;
+    u32 thread;
+    u32 threads;
+    __device__ NormGroup() {
+        if (PER_WARP) {
+            row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+            thread = threadIdx.x % WARP_SIZE;
+            threads = WARP_SIZE;
+        } else {
+            row = blockIdx.x;
+            thread = threadIdx.x;
+            threads = blockDim.x;
+        }
+    }
+};
+
+template <bool PER_WARP, bool ADD>
+__device__ void norm_in_registers(float *x, const float *delta, const float *weight, u32 row_len, u32 n_rows,
+                                  float eps, float *out) {
+    const NormGroup<PER_WARP> group;
+    // Warp-uniform: a whole warp leaves together, before any shuffle.
+    if (group.row >= n_rows) {
+        return;
+    }
+    const size_t offset = (size_t)group.row * row_len;
+    float4 *x4 = (float4 *)(x + offset);
+    const float4 *delta4 = (const float4 *)(delta + offset);
+    const u32 n_vecs = row_len / 4;
+    float4 v[NORM_MAX_VECS];
+    float sum_squares = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NORM_MAX_VECS; ++k) {
+        const u32 i = group.thread + k * group.threads;
+        if (i < n_vecs) {
+            v[k] = x4[i];
+            if (ADD) {
+                v[k] = add4(v[k], delta4[i]);
+                x4[i] = v[k];
+            }
+            sum_squares += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        }
+    }
+    sum_squares = PER_WARP ? warp_sum(sum_squares) : block_sum(sum_squares);
+    const float inv_rms = 1.0f / sqrtf(sum_squares / (float)row_len + eps);
+    const float4 *weight4 = (const float4 *)weight;
+    float4 *out4 = (float4 *)(out + offset);
+#pragma unroll
+    for (int k = 0; k < NORM_MAX_VECS; ++k) {
+        const u32 i = group.thread + k * group.threads;
+        if (i < n_vecs) {
+            const float4 w = weight4[i];
+            out4[i] = make_float4(v[k].x * inv_rms * w.x, v[k].y * inv_rms * w.y, v[k].z * inv_rms * w.z,
+                                  v[k].w * inv_rms * w.w);
+        }
+    }
+}
+
+#define NORM_KERNELS(SUFFIX, PER_WARP)                                                             \
+    extern "C" __global__ void rms_norm_##SUFFIX(const float *x, const float *weight, u32 row_len,  \
+                                                 u32 n_rows, float eps, float *out) {              \
+        norm_in_registers<PER_WARP, false>((float *)x, NULL, weight, row_len, n_rows, eps, out);   \
+    }                                                                                              \
+    extern "C" __global__ void add_rms_norm_##SUFFIX(float *residual, const float *delta,          \
+                                                     const float *weight, u32 row_len, u32 n_rows, \
+                                                     float eps, float *out) {                      \
+        norm_in_registers<PER_WARP, true>(residual, delta, weight, row_len, n_rows, eps, out);     \
+    }
+
+NORM_KERNELS(warp, true)
+NORM_KERNELS(block, false)
 
 __device__ void normalize_row(const float *x, const float *weight, u32 row_len, float eps, float *out) {
     float sum_squares = 0.0f;
@@ -12,6 +97,7 @@ __device__ void normalize_row(const float *x, const float *weight, u32 row_len, 
     }
 }
 
+// One block per row.
 extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row_len, float eps, float *out) {
     const size_t offset = (size_t)blockIdx.x * row_len;
     normalize_row(x + offset, weight, row_len, eps, out + offset);

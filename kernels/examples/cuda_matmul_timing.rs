@@ -1,17 +1,20 @@
 //! Times the CUDA matmul at the weight shapes of a Qwen3-8B Q4_K_M decode and verify step, and
 //! reports each as a fraction of the device's measured read bandwidth: the per-kernel view that
-//! `canopy bench` cannot give (and that nsys would, where it is installed).
+//! `canopy bench` cannot give (and that nsys would, where it is installed). Then the other ops of
+//! a decode step, at the same shapes.
 //!
 //! `cargo run --release -p canopy-kernels --example cuda_matmul_timing [N_ROWS,...]`
-//! (default 1,8,23). Calls are recorded into a graph and replayed, so launch gaps do not count;
-//! weights rotate over enough copies to keep each matrix out of the 50 MB L2.
+//! (default 1,8,23). Calls are recorded into a graph and replayed, so each time includes the gap
+//! between dependent kernels of a graph, as in a recorded decode step; weights rotate over enough
+//! copies to keep each matrix out of the 50 MB L2. Every call reads the same input, so its int8
+//! copy is made once per replay, as for the q, k and v projections of a layer.
 
 use std::time::Instant;
 
 mod common;
 
-use canopy_kernels::backend::Backend;
 use canopy_kernels::backend::cuda::CudaBackend;
+use canopy_kernels::backend::{Backend, BackendError, RopeParams, RopeStyle};
 use canopy_kernels::quant::{GgmlType, quantize_row};
 use common::pseudo_random;
 
@@ -65,19 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 (0..CALLS_PER_GRAPH)
                     .try_for_each(|call| backend.matmul(&x, &weights[call % copies], n_rows, &mut out))
             };
-            // A first run outside the recording creates whatever the matmul allocates lazily.
-            calls()?;
-            let graph = backend.record(&mut calls)?.ok_or("the CUDA backend did not record")?;
-            let mut seconds = Vec::with_capacity(REPLAYS);
-            for _ in 0..REPLAYS {
-                backend.synchronize()?;
-                let start = Instant::now();
-                backend.replay(&graph)?;
-                backend.synchronize()?;
-                seconds.push(start.elapsed().as_secs_f64() / CALLS_PER_GRAPH as f64);
-            }
-            seconds.sort_by(f64::total_cmp);
-            let per_call = seconds[REPLAYS / 2];
+            let per_call = time_calls(&backend, &mut calls)?;
             let rate = bytes.len() as f64 / per_call;
             println!(
                 "| {name} | {rows} x {cols} | {ty} | {n_rows} | {:.1} | {:.0} | {:.1} |",
@@ -87,5 +78,71 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
+    step_ops(&backend)
+}
+
+/// Median seconds per call of `calls` (CALLS_PER_GRAPH of them), recorded once and replayed.
+fn time_calls(
+    backend: &CudaBackend,
+    calls: &mut dyn FnMut() -> Result<(), BackendError>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    // A first run outside the recording creates whatever the op allocates lazily.
+    calls()?;
+    let graph = backend.record(&mut *calls)?.ok_or("the CUDA backend did not record")?;
+    let mut seconds = Vec::with_capacity(REPLAYS);
+    for _ in 0..REPLAYS {
+        backend.synchronize()?;
+        let start = Instant::now();
+        backend.replay(&graph)?;
+        backend.synchronize()?;
+        seconds.push(start.elapsed().as_secs_f64() / CALLS_PER_GRAPH as f64);
+    }
+    seconds.sort_by(f64::total_cmp);
+    Ok(seconds[REPLAYS / 2])
+}
+
+/// The non-matmul ops of one Qwen3-8B decode step (one token), each timed like the matmuls.
+fn step_ops(backend: &CudaBackend) -> Result<(), Box<dyn std::error::Error>> {
+    const HIDDEN: usize = 4096;
+    const FFN: usize = 12288;
+    const HEADS: usize = 32;
+    const KV_HEADS: usize = 8;
+    const HEAD_DIM: usize = 128;
+    let hidden = backend.upload(&pseudo_random(HIDDEN, 1))?;
+    let weight = backend.upload(&pseudo_random(HIDDEN, 2))?;
+    let mut residual = backend.upload(&pseudo_random(HIDDEN, 3))?;
+    let mut out = backend.zeros(FFN)?;
+    let heads = backend.upload(&pseudo_random(HEADS * HEAD_DIM, 4))?;
+    let head_weight = backend.upload(&pseudo_random(HEAD_DIM, 5))?;
+    let mut q = backend.upload(&pseudo_random(HEADS * HEAD_DIM, 6))?;
+    let positions = backend.upload_index(&[1234])?;
+    let rope = RopeParams {
+        n_heads: HEADS,
+        head_dim: HEAD_DIM,
+        rotary_dim: HEAD_DIM,
+        theta: 1e6,
+        style: RopeStyle::Neox,
+    };
+    let k = backend.upload(&pseudo_random(KV_HEADS * HEAD_DIM, 7))?;
+    let mut pool = backend.zeros(4096 * KV_HEADS * HEAD_DIM)?;
+    let slots = backend.upload_index(&[77])?;
+    let gate = backend.upload(&pseudo_random(FFN, 8))?;
+    let up = backend.upload(&pseudo_random(FFN, 9))?;
+    println!();
+    println!("| op (8B decode shape) | us per call |");
+    println!("|---|---:|");
+    let report = |name: &str, op: &mut dyn FnMut() -> Result<(), BackendError>| {
+        let mut calls = || (0..CALLS_PER_GRAPH).try_for_each(|_| op());
+        time_calls(backend, &mut calls).map(|seconds| println!("| {name} | {:.2} |", seconds * 1e6))
+    };
+    report("rms_norm 1 x 4096", &mut || backend.rms_norm(&hidden, &weight, 1, 1e-6, &mut out))?;
+    report("add_rms_norm 1 x 4096", &mut || {
+        backend.add_rms_norm(&mut residual, &hidden, &weight, 1, 1e-6, &mut out)
+    })?;
+    report("rms_norm 32 heads x 128", &mut || backend.rms_norm(&heads, &head_weight, HEADS, 1e-6, &mut out))?;
+    report("rope 32 heads x 128", &mut || backend.rope(&mut q, &positions, 1, &rope))?;
+    report("write_kv 1 x 1024", &mut || backend.write_kv(&mut pool, &k, &slots, 1, KV_HEADS * HEAD_DIM))?;
+    report("swiglu 12288", &mut || backend.swiglu(&gate, &up, FFN, &mut out))?;
+    report("add 4096", &mut || backend.add(&mut residual, &hidden, HIDDEN))?;
     Ok(())
 }

@@ -23,7 +23,7 @@ mod common;
 use std::sync::OnceLock;
 
 use canopy_kernels::backend::cpu::CpuBackend;
-use canopy_kernels::backend::cuda::CudaBackend;
+use canopy_kernels::backend::cuda::{CudaBackend, CudaGraphExec};
 use canopy_kernels::backend::{
     AttentionBatch, AttentionLayout, AttentionParams, Backend, BackendError, Mask, RopeParams, RopeStyle,
     SequenceSpec, TREE_ROOT,
@@ -178,31 +178,40 @@ fn unsupported_weight_types_are_refused() {
 #[test]
 fn norms_match_cpu() {
     let mut rng = Rng::new(3);
-    let (n_rows, row_len) = (5, 1000);
-    let x = gaussian_row(n_rows * row_len, 2.0, &mut rng);
-    let delta = gaussian_row(n_rows * row_len, 1.0, &mut rng);
-    let weight = gaussian_row(row_len, 1.0, &mut rng);
-    let inputs = [x, delta, weight];
-    compare_tensor_op(
-        "rms_norm",
-        &inputs,
-        n_rows * row_len,
-        1e-5,
-        |b, i, out| b.rms_norm(&i[0], &i[2], n_rows, 1e-6, out).unwrap(),
-        |b, i, out| b.rms_norm(&i[0], &i[2], n_rows, 1e-6, out).unwrap(),
-    );
-    let Some(gpu) = cuda() else { return };
-    let cpu = CpuBackend::new();
-    let n = n_rows * row_len;
-    let (mut cpu_residual, mut gpu_residual) =
-        (cpu.upload(&inputs[0]).unwrap(), gpu.upload(&inputs[0]).unwrap());
-    let (mut cpu_out, mut gpu_out) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
-    let (cpu_w, gpu_w) = (cpu.upload(&inputs[2]).unwrap(), gpu.upload(&inputs[2]).unwrap());
-    let (cpu_d, gpu_d) = (cpu.upload(&inputs[1]).unwrap(), gpu.upload(&inputs[1]).unwrap());
-    cpu.add_rms_norm(&mut cpu_residual, &cpu_d, &cpu_w, n_rows, 1e-5, &mut cpu_out).unwrap();
-    gpu.add_rms_norm(&mut gpu_residual, &gpu_d, &gpu_w, n_rows, 1e-5, &mut gpu_out).unwrap();
-    check("add_rms_norm residual", &fetch(gpu, &gpu_residual, n), &fetch(&cpu, &cpu_residual, n), 0.0);
-    check("add_rms_norm out", &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), 1e-5);
+    // One warp per row (128 wide, 11 rows leave a block part empty), one block per row (1000 and
+    // 4096 wide), and the looping kernels (rows that are no whole float4, or too long to hold).
+    for (n_rows, row_len) in [(11, 128), (5, 1000), (3, 4096), (2, 1001), (2, 16388)] {
+        let x = gaussian_row(n_rows * row_len, 2.0, &mut rng);
+        let delta = gaussian_row(n_rows * row_len, 1.0, &mut rng);
+        let weight = gaussian_row(row_len, 1.0, &mut rng);
+        let inputs = [x, delta, weight];
+        compare_tensor_op(
+            &format!("rms_norm {n_rows}x{row_len}"),
+            &inputs,
+            n_rows * row_len,
+            1e-5,
+            |b, i, out| b.rms_norm(&i[0], &i[2], n_rows, 1e-6, out).unwrap(),
+            |b, i, out| b.rms_norm(&i[0], &i[2], n_rows, 1e-6, out).unwrap(),
+        );
+        let Some(gpu) = cuda() else { return };
+        let cpu = CpuBackend::new();
+        let n = n_rows * row_len;
+        let (mut cpu_residual, mut gpu_residual) =
+            (cpu.upload(&inputs[0]).unwrap(), gpu.upload(&inputs[0]).unwrap());
+        let (mut cpu_out, mut gpu_out) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
+        let (cpu_w, gpu_w) = (cpu.upload(&inputs[2]).unwrap(), gpu.upload(&inputs[2]).unwrap());
+        let (cpu_d, gpu_d) = (cpu.upload(&inputs[1]).unwrap(), gpu.upload(&inputs[1]).unwrap());
+        cpu.add_rms_norm(&mut cpu_residual, &cpu_d, &cpu_w, n_rows, 1e-5, &mut cpu_out).unwrap();
+        gpu.add_rms_norm(&mut gpu_residual, &gpu_d, &gpu_w, n_rows, 1e-5, &mut gpu_out).unwrap();
+        let label = format!("add_rms_norm {n_rows}x{row_len}");
+        check(
+            &format!("{label} residual"),
+            &fetch(gpu, &gpu_residual, n),
+            &fetch(&cpu, &cpu_residual, n),
+            0.0,
+        );
+        check(&format!("{label} out"), &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), 1e-5);
+    }
 }
 
 #[test]
@@ -420,4 +429,77 @@ fn construction_without_a_driver_is_an_error_not_a_panic() {
         Ok(backend) => assert!(backend.arch().starts_with("sm_"), "{backend:?}"),
         Err(error) => println!("skipped: no CUDA device ({error})"),
     }
+}
+
+/// The int8 copy a quantized matmul keeps of its input must not outlive the input's contents:
+/// neither when an op rewrites the input between two matmuls, nor across graph replays, whose
+/// ops the host never sees.
+#[test]
+fn quantized_matmul_requantizes_a_rewritten_input() {
+    /// `x = rms_norm(src)`, then `out = x · wᵀ`.
+    struct Step<B: Backend> {
+        src: B::Tensor,
+        norm: B::Tensor,
+        weight: B::Weight,
+        x: B::Tensor,
+        out: B::Tensor,
+    }
+    impl<B: Backend> Step<B> {
+        fn new(
+            b: &B,
+            source: &[f32],
+            norm: &[f32],
+            (ty, rows, cols, bytes): (GgmlType, usize, usize, &[u8]),
+        ) -> Self {
+            Step {
+                src: b.upload(source).unwrap(),
+                norm: b.upload(norm).unwrap(),
+                weight: b.upload_weight(ty, rows, cols, bytes).unwrap(),
+                x: b.zeros(source.len()).unwrap(),
+                out: b.zeros(source.len() / cols * rows).unwrap(),
+            }
+        }
+        fn run(&mut self, b: &B, n_rows: usize) -> Result<(), BackendError> {
+            b.rms_norm(&self.src, &self.norm, n_rows, 1e-6, &mut self.x)?;
+            b.matmul(&self.x, &self.weight, n_rows, &mut self.out)
+        }
+        fn shift_source(&mut self, b: &B, delta: &[f32]) {
+            b.add(&mut self.src, &b.upload(delta).unwrap(), delta.len()).unwrap();
+        }
+    }
+
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(9);
+    let (ty, rows, cols, n_rows) = (GgmlType::Q4K, 64, 512, 2);
+    let n = n_rows * cols;
+    let bytes = random_weight(ty, rows, cols, &mut rng);
+    let norm = gaussian_row(cols, 1.0, &mut rng);
+    let source = gaussian_row(n, 1.0, &mut rng);
+    let mut on_cpu = Step::new(&cpu, &source, &norm, (ty, rows, cols, &bytes));
+    let mut on_gpu = Step::new(gpu, &source, &norm, (ty, rows, cols, &bytes));
+    let mut compare = |label: &str, on_gpu: &mut Step<CudaBackend>, replay: Option<&CudaGraphExec>| {
+        let delta = gaussian_row(n, 1.0, &mut rng);
+        on_cpu.shift_source(&cpu, &delta);
+        on_gpu.shift_source(gpu, &delta);
+        on_cpu.run(&cpu, n_rows).unwrap();
+        match replay {
+            Some(graph) => gpu.replay(graph).unwrap(),
+            None => on_gpu.run(gpu, n_rows).unwrap(),
+        }
+        let len = n_rows * rows;
+        check(
+            label,
+            &fetch(gpu, &on_gpu.out, len),
+            &fetch(&cpu, &on_cpu.out, len),
+            matmul_tolerance(ty, n_rows),
+        );
+    };
+    compare("matmul after its input was rewritten, 1", &mut on_gpu, None);
+    compare("matmul after its input was rewritten, 2", &mut on_gpu, None);
+    // The graph's matmul must quantize what the graph's norm writes at each replay.
+    let graph = gpu.record(|| on_gpu.run(gpu, n_rows)).unwrap().unwrap();
+    compare("replayed matmul, 1", &mut on_gpu, Some(&graph));
+    compare("replayed matmul, 2", &mut on_gpu, Some(&graph));
+    compare("matmul after replays", &mut on_gpu, None);
 }

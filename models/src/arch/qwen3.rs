@@ -604,7 +604,14 @@ impl<B: Backend> Weights<'_, B> {
             LogitPlan::Picked(0) => {}
             LogitPlan::Every => {
                 if delta_pending {
-                    backend.add_rms_norm(&mut s.residual, &s.delta, self.output_norm, n, eps, &mut s.normed)?;
+                    backend.add_rms_norm(
+                        &mut s.residual,
+                        &s.delta,
+                        self.output_norm,
+                        n,
+                        eps,
+                        &mut s.normed,
+                    )?;
                 } else {
                     backend.rms_norm(&s.residual, self.output_norm, n, eps, &mut s.normed)?;
                 }

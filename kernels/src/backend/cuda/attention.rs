@@ -1,13 +1,16 @@
 //! Paged attention (attention.cu): blocks per (query row, head) whose warps split the keys; when
-//! rows × heads would leave SMs idle (decode), each row's keys are also split across blocks and a
-//! second kernel merges their softmax states.
+//! rows × heads would leave SMs idle (decode), each row's keys are also split across blocks, and
+//! the last of a (row, head)'s blocks to finish merges their softmax states. Merging in the same kernel
+//! saves a second launch per layer on every decode step; it needs a completion counter per split
+//! (row, head), which lives with the states so that both are allocated once, before any graph
+//! is recorded.
 
 use std::sync::PoisonError;
 
 use cudarc::driver::PushKernelArg;
 
 use super::CudaBackend;
-use super::context::{driver, grid, to_u32};
+use super::context::{device_error, driver, grid, to_u32};
 use super::memory::CudaTensor;
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
 
@@ -19,9 +22,16 @@ pub const MAX_HEAD_DIM: usize = 512;
 const MAX_SPLITS: usize = 32;
 /// Blocks per SM that a split launch aims for.
 const BLOCKS_PER_SM: usize = 4;
-/// Floats of the split states buffer, allocated once with the backend so that recorded graphs
-/// can use it: 8192 states of the largest head.
-pub(super) const PARTIALS_LEN: usize = 8192 * (MAX_HEAD_DIM + 2);
+/// Split states the buffer holds when each is of the largest head.
+const MAX_STATES: usize = 8192;
+/// Floats of the split states: max, sum and output row each.
+const STATES_LEN: usize = MAX_STATES * (MAX_HEAD_DIM + 2);
+/// (row, head) tasks that may be split, each taking two states at least; one counter each.
+const SPLIT_TASKS: usize = MAX_STATES / 2;
+/// Floats of the partials buffer, allocated zeroed once with the backend so that recorded graphs
+/// can use it: the split states, then one u32 completion counter per split task. Zeroed f32 bits
+/// are zero counters, and every launch leaves its counters at zero again.
+pub(super) const PARTIALS_LEN: usize = STATES_LEN + SPLIT_TASKS;
 
 pub(super) fn attention(
     backend: &CudaBackend,
@@ -52,6 +62,13 @@ pub(super) fn attention(
     let device = &backend.device;
     let splits = splits(device.sm_count, tasks, params.head_dim);
     let mut partials = backend.attention_partials.lock().unwrap_or_else(PoisonError::into_inner);
+    let (mut states, mut tail) = partials
+        .try_split_at_mut(STATES_LEN)
+        .ok_or_else(|| device_error(OP, "the partials buffer is smaller than its states"))?;
+    // SAFETY: u32 and f32 have the same size and every bit pattern is valid for both; only the
+    // kernel reads the tail, as counters.
+    let mut counters = unsafe { tail.transmute_mut::<u32>(SPLIT_TASKS) }
+        .ok_or_else(|| device_error(OP, "the partials buffer has no room for its counters"))?;
     let n_splits = to_u32(OP, "splits", splits)?;
     let mut launch = device.stream.launch_builder(device.function(OP, "attention")?);
     launch
@@ -69,26 +86,25 @@ pub(super) fn attention(
         .arg(&head_dim)
         .arg(&params.scale)
         .arg(&n_splits)
-        .arg(&mut *partials)
+        .arg(&mut states)
+        .arg(&mut counters)
         .arg(&mut out.buf);
     // SAFETY: the shape check sizes `q`, `out` and both pools against the batch, whose arrays
-    // come from a validated layout; `splits` keeps tasks * splits states within `partials`.
+    // come from a validated layout; `splits` keeps tasks * splits states within `states` and,
+    // when it splits, one counter per task within `counters`.
     unsafe { launch.launch(grid(OP, tasks * splits, 32 * WARPS)?) }.map_err(driver(OP))?;
-    if splits > 1 {
-        let mut combine = device.stream.launch_builder(device.function(OP, "attention_combine")?);
-        combine.arg(&*partials).arg(&n_splits).arg(&head_dim).arg(&mut out.buf);
-        // SAFETY: the first launch wrote tasks * splits states; `out` holds tasks head rows.
-        unsafe { combine.launch(grid(OP, tasks, COMBINE_THREADS)?) }.map_err(driver(OP))?;
-    }
     Ok(())
 }
 
-const COMBINE_THREADS: u32 = 128;
-
-/// Blocks per (row, head): enough for BLOCKS_PER_SM blocks on every SM, within the states buffer.
-/// Depends only on the shape, so a recorded step stays valid at every context length.
+/// Blocks per (row, head): enough for BLOCKS_PER_SM blocks on every SM, within the states buffer
+/// and its counters (a step too large for them is not split). Depends only on the shape, so a
+/// recorded step stays valid at every context length.
 fn splits(sm_count: usize, tasks: usize, head_dim: usize) -> usize {
-    let wanted = (BLOCKS_PER_SM * sm_count).div_ceil(tasks.max(1));
-    let room = PARTIALS_LEN / (tasks.max(1) * (head_dim + 2));
+    let tasks = tasks.max(1);
+    if tasks > SPLIT_TASKS {
+        return 1;
+    }
+    let wanted = (BLOCKS_PER_SM * sm_count).div_ceil(tasks);
+    let room = STATES_LEN / (tasks * (head_dim + 2));
     wanted.min(room).clamp(1, MAX_SPLITS)
 }

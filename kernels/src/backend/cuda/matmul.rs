@@ -1,17 +1,17 @@
 //! `out = x · weightᵀ` by matrix-vector kernels, for decode and verify-sized batches.
 //!
 //! Block-quantized weights (Q8_0, Q4_K, Q5_K, Q6_K) take the int8 kernels of matvec_quant.cu:
-//! `quantize_q8` rounds `x` to int8 blocks of 32 into scratch, then dp4a dot products read each
-//! weight byte once. Element-wise weights (F32, F16, BF16) take the float kernels of
+//! `quantize_q8` rounds `x` to int8 blocks of 32 into a copy kept with the tensor (reused until
+//! the tensor is written again), then dp4a dot products read each weight byte once. Element-wise weights (F32, F16, BF16) take the float kernels of
 //! matvec_float.cu. Both have a decode kernel that applies each activation load to four weight
 //! rows and a batch kernel for more than one input row.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::context::{Device, driver, per_element, to_u32};
-use super::memory::{CudaTensor, CudaWeight, ScratchBuffer};
+use super::memory::{CudaTensor, CudaWeight, QuantizedCopy};
 use crate::backend::{BackendError, shape};
 use crate::quant::GgmlType;
 
@@ -32,17 +32,11 @@ struct Kernel {
     tile: Option<usize>,
 }
 
-/// Where the int8 kernels find the quantized activations: per input row `cols` int8 values, and
-/// `cols / 32` (d, sum) pairs.
-#[derive(Default)]
-pub(super) struct QuantizedActivations {
-    values: ScratchBuffer<u8>,
-    scales: ScratchBuffer<f32>,
-}
-
+/// `epoch` is the backend's (see `CudaBackend::epoch`): an int8 copy of `x` made in an earlier
+/// epoch is never reused.
 pub(super) fn matmul(
     device: &Device,
-    activations: &Mutex<QuantizedActivations>,
+    epoch: u64,
     x: &CudaTensor,
     weight: &CudaWeight,
     n_rows: usize,
@@ -83,18 +77,23 @@ pub(super) fn matmul(
         return Ok(());
     }
 
-    let mut scratch = activations.lock().unwrap_or_else(PoisonError::into_inner);
-    let QuantizedActivations { values, scales } = &mut *scratch;
+    let mut quantized = x.quantized.lock().unwrap_or_else(PoisonError::into_inner);
+    let QuantizedCopy { values, scales, valid_for } = &mut *quantized;
     let n_values = n_rows * weight.cols;
     let n_blocks = n_values / Q8_BLOCK;
+    // Blocks never straddle rows (cols is a multiple of 32), so a copy of more values serves.
+    let reusable = matches!(*valid_for, Some((copy_epoch, held)) if copy_epoch == epoch && held >= n_values);
     let values = values.at_least(device, OP, n_values)?;
     let scales = scales.at_least(device, OP, 2 * n_blocks)?;
-    let n_blocks_u32 = to_u32(OP, "activation blocks", n_blocks)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, "quantize_q8")?);
-    launch.arg(&x.buf).arg(&n_blocks_u32).arg(&mut *values).arg(&mut *scales);
-    // SAFETY: `x` holds n_rows * cols floats, cols a multiple of 32 (whole quant blocks); the
-    // scratch holds one byte per value and two floats per block.
-    unsafe { launch.launch(per_element(OP, n_blocks * LANES_PER_Q8_BLOCK)?) }.map_err(driver(OP))?;
+    if !reusable {
+        let n_blocks_u32 = to_u32(OP, "activation blocks", n_blocks)?;
+        let mut launch = device.stream.launch_builder(device.function(OP, "quantize_q8")?);
+        launch.arg(&x.buf).arg(&n_blocks_u32).arg(&mut *values).arg(&mut *scales);
+        // SAFETY: `x` holds n_rows * cols floats, cols a multiple of 32 (whole quant blocks); the
+        // copy holds one byte per value and two floats per block.
+        unsafe { launch.launch(per_element(OP, n_blocks * LANES_PER_Q8_BLOCK)?) }.map_err(driver(OP))?;
+        *valid_for = Some((epoch, n_values));
+    }
 
     let mut launch = device.stream.launch_builder(device.function(OP, kernel.name)?);
     launch

@@ -1,5 +1,7 @@
 //! Device buffers of the CUDA backend.
 
+use std::sync::{Mutex, PoisonError};
+
 use cudarc::driver::{CudaSlice, DeviceRepr};
 
 use super::context::{Device, device_error, driver};
@@ -13,6 +15,30 @@ pub struct CudaTensor {
     pub(super) buf: CudaSlice<f32>,
     /// The logical length: zero-length arrays hold a one-element allocation.
     pub(super) len: usize,
+    /// The int8 copy the quantized matmuls made of this tensor, reused by every matmul that
+    /// reads it until it is written again (the q, k and v projections share one input).
+    pub(super) quantized: Mutex<QuantizedCopy>,
+}
+
+impl CudaTensor {
+    pub(super) fn new(buf: CudaSlice<f32>, len: usize) -> Self {
+        Self { buf, len, quantized: Mutex::default() }
+    }
+
+    /// Marks the int8 copy stale: every op that writes the tensor calls this.
+    pub(super) fn invalidate_quantized(&mut self) {
+        self.quantized.get_mut().unwrap_or_else(PoisonError::into_inner).valid_for = None;
+    }
+}
+
+/// Rows of a tensor rounded to int8 in blocks of 32 (matvec_quant.cu's `quantize_q8`): the values,
+/// and per block its scale d and the sum of its floats.
+#[derive(Debug, Default)]
+pub(super) struct QuantizedCopy {
+    pub values: ScratchBuffer<u8>,
+    pub scales: ScratchBuffer<f32>,
+    /// The backend's epoch and the number of leading values the copy holds, while it is valid.
+    pub valid_for: Option<(u64, usize)>,
 }
 
 /// A `u32` array in device memory.
@@ -99,6 +125,7 @@ pub(super) fn weight_row_bytes(
 /// A scratch buffer that only grows. A buffer it outgrows is retired rather than freed: recorded
 /// graphs may still launch kernels on it, so it lives as long as the backend (each is smaller
 /// than the one that replaced it).
+#[derive(Debug)]
 pub(super) struct ScratchBuffer<T> {
     current: Option<CudaSlice<T>>,
     retired: Vec<CudaSlice<T>>,

@@ -46,6 +46,7 @@ pub use sampling::MAX_TOP_K;
 pub use sources::{KERNEL_SOURCES, KernelSource};
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::CudaSlice;
 
@@ -64,8 +65,9 @@ pub struct CudaBackend {
     gemm_min_rows: usize,
     /// Softmax states of attention rows split across blocks (see attention.rs).
     attention_partials: Mutex<CudaSlice<f32>>,
-    /// The int8 copy of a quantized matmul's input (see matmul.rs).
-    activations: Mutex<matmul::QuantizedActivations>,
+    /// Bumped whenever device data may have changed without the ops below seeing it (a graph
+    /// recorded or replayed), which makes every tensor's int8 copy stale (see matmul.rs).
+    epoch: AtomicU64,
     name: String,
 }
 
@@ -80,7 +82,7 @@ impl CudaBackend {
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
             attention_partials,
-            activations: Mutex::default(),
+            epoch: AtomicU64::new(0),
             name: format!("cuda:{ordinal}"),
         })
     }
@@ -151,10 +153,16 @@ impl Backend for CudaBackend {
         &self,
         ops: impl FnOnce() -> Result<(), E>,
     ) -> Result<Option<CudaGraphExec>, E> {
-        graph::record(&self.device, ops).map(Some)
+        // Copies made before the capture hold data the replays will not see, and those made
+        // during it are only recorded, not computed.
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        let graph = graph::record(&self.device, ops);
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        graph.map(Some)
     }
 
     fn replay(&self, graph: &CudaGraphExec) -> Result<(), BackendError> {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
         graph::replay(graph)
     }
 
@@ -165,6 +173,7 @@ impl Backend for CudaBackend {
         n_rows: usize,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
+        out.invalidate_quantized();
         rows::embed(&self.device, table, ids, n_rows, out)
     }
 
@@ -176,6 +185,7 @@ impl Backend for CudaBackend {
         eps: f32,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
+        out.invalidate_quantized();
         norm::rms_norm(&self.device, x, weight, n_rows, eps, out)
     }
 
@@ -188,6 +198,8 @@ impl Backend for CudaBackend {
         eps: f32,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
+        residual.invalidate_quantized();
+        out.invalidate_quantized();
         norm::add_rms_norm(&self.device, residual, delta, weight, n_rows, eps, out)
     }
 
@@ -198,12 +210,13 @@ impl Backend for CudaBackend {
         n_rows: usize,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
+        out.invalidate_quantized();
         match &self.gemm {
             Some(gemm) if n_rows >= self.gemm_min_rows && Gemm::supports(weight.ty) => {
                 super::shape::matmul(x, weight, n_rows, out)?;
                 gemm.matmul(&self.device, x, weight, n_rows, out)
             }
-            _ => matmul::matmul(&self.device, &self.activations, x, weight, n_rows, out),
+            _ => matmul::matmul(&self.device, self.epoch.load(Ordering::Relaxed), x, weight, n_rows, out),
         }
     }
 
@@ -214,6 +227,7 @@ impl Backend for CudaBackend {
         n_rows: usize,
         params: &RopeParams,
     ) -> Result<(), BackendError> {
+        x.invalidate_quantized();
         rope::rope(&self.device, x, positions, n_rows, params)
     }
 
@@ -225,6 +239,7 @@ impl Backend for CudaBackend {
         n_rows: usize,
         row_len: usize,
     ) -> Result<(), BackendError> {
+        pool.invalidate_quantized();
         rows::write_kv(&self.device, pool, new, slots, n_rows, row_len)
     }
 
@@ -236,6 +251,7 @@ impl Backend for CudaBackend {
         n_rows: usize,
         row_len: usize,
     ) -> Result<(), BackendError> {
+        pool.invalidate_quantized();
         rows::copy_kv(&self.device, pool, src_slots, dst_slots, n_rows, row_len)
     }
 
@@ -247,6 +263,7 @@ impl Backend for CudaBackend {
         row_len: usize,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
+        out.invalidate_quantized();
         rows::gather_rows(&self.device, src, rows, n_rows, row_len, out)
     }
 
@@ -259,6 +276,7 @@ impl Backend for CudaBackend {
         params: &AttentionParams,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
+        out.invalidate_quantized();
         attention::attention(self, q, k_pool, v_pool, batch, params, out)
     }
 
@@ -269,14 +287,17 @@ impl Backend for CudaBackend {
         len: usize,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
+        out.invalidate_quantized();
         elementwise::swiglu(&self.device, gate, up, len, out)
     }
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor, len: usize) -> Result<(), BackendError> {
+        acc.invalidate_quantized();
         elementwise::add(&self.device, acc, x, len)
     }
 
     fn softmax_rows(&self, x: &mut CudaTensor, n_rows: usize, row_len: usize) -> Result<(), BackendError> {
+        x.invalidate_quantized();
         sampling::softmax_rows(&self.device, x, n_rows, row_len)
     }
 

@@ -26,7 +26,14 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "norm.cu",
         code: include_str!("../../../cuda/norm.cu"),
-        kernels: &["rms_norm", "add_rms_norm"],
+        kernels: &[
+            "rms_norm",
+            "add_rms_norm",
+            "rms_norm_warp",
+            "add_rms_norm_warp",
+            "rms_norm_block",
+            "add_rms_norm_block",
+        ],
     },
     KernelSource { name: "rope.cu", code: include_str!("../../../cuda/rope.cu"), kernels: &["rope"] },
     KernelSource {
@@ -89,7 +96,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "attention.cu",
         code: include_str!("../../../cuda/attention.cu"),
-        kernels: &["attention", "attention_combine"],
+        kernels: &["attention"],
     },
     KernelSource { name: "probe.cu", code: include_str!("../../../cuda/probe.cu"), kernels: &["read_probe"] },
     KernelSource {

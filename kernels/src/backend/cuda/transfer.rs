@@ -20,7 +20,7 @@ where
 }
 
 pub(super) fn zeros(device: &Device, len: usize) -> Result<CudaTensor, BackendError> {
-    Ok(CudaTensor { buf: zeroed(device, "zeros", len)?, len })
+    Ok(CudaTensor::new(zeroed(device, "zeros", len)?, len))
 }
 
 pub(super) fn upload(device: &Device, data: &[f32]) -> Result<CudaTensor, BackendError> {
@@ -29,7 +29,7 @@ pub(super) fn upload(device: &Device, data: &[f32]) -> Result<CudaTensor, Backen
     if !data.is_empty() {
         device.stream.memcpy_htod(data, &mut buf.slice_mut(..data.len())).map_err(driver(OP))?;
     }
-    Ok(CudaTensor { buf, len: data.len() })
+    Ok(CudaTensor::new(buf, data.len()))
 }
 
 pub(super) fn download(device: &Device, src: &CudaTensor, out: &mut [f32]) -> Result<(), BackendError> {
