@@ -11,10 +11,24 @@
 // A block of QMATVEC_WARPS warps computes ROWS weight rows. The warps split each row's groups of
 // quant blocks between them (split-K) and add their partial sums in shared memory at the end.
 // Input rows are taken TILE at a time; the weights of later tiles come from L1 or L2, so DRAM
-// reads each weight byte once per call.
+// reads each weight byte once per call. One launch serves up to MAX_PROJECTIONS weights of the
+// same format applied to the same input (a layer's q, k and v, or gate and up): a launch costs
+// microseconds, as much as streaming a 1024-row projection.
 
 #define QMATVEC_WARPS 4
 #define Q8_BLOCK 32
+#define MAX_PROJECTIONS 3
+
+// Weights multiplied by one input in one launch: blocks first_block[p]..first_block[p + 1] compute
+// rows of weight p (`Projections` in matmul.rs has the same layout).
+struct Projections {
+    const u8 *weight[MAX_PROJECTIONS];
+    float *out[MAX_PROJECTIONS];
+    size_t row_bytes[MAX_PROJECTIONS];
+    u32 rows[MAX_PROJECTIONS];
+    u32 first_block[MAX_PROJECTIONS + 1];
+    u32 count;
+};
 
 // Rows of x as int8 blocks of 32: one group of 8 lanes per block, four columns per lane.
 // `n_blocks` = n_rows * cols / 32.
@@ -296,12 +310,28 @@ template <> struct QLanes<FMT_Q8_0> {
 
 // x_q: n_rows x cols int8 activations, x_scales: n_rows x cols / 32 (d, sum) pairs.
 template <int FMT, int ROWS, int TILE>
-__device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const u8 *weight, size_t row_bytes, u32 rows,
-                          u32 cols, u32 n_rows, float *out) {
+__device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
+                          u32 n_rows) {
     typedef QLanes<FMT> L;
+    // Constant indices only: a runtime index into the parameters would copy them to the stack.
+    const u8 *weight = projections.weight[0];
+    float *out = projections.out[0];
+    size_t row_bytes = projections.row_bytes[0];
+    u32 rows = projections.rows[0];
+    u32 first_block = 0;
+#pragma unroll
+    for (int p = 1; p < MAX_PROJECTIONS; ++p) {
+        if (p < projections.count && blockIdx.x >= projections.first_block[p]) {
+            weight = projections.weight[p];
+            out = projections.out[p];
+            row_bytes = projections.row_bytes[p];
+            rows = projections.rows[p];
+            first_block = projections.first_block[p];
+        }
+    }
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
-    const u32 row0 = blockIdx.x * ROWS;
+    const u32 row0 = (blockIdx.x - first_block) * ROWS;
     const u32 n_groups = (cols + L::GROUP_COLS - 1) / L::GROUP_COLS;
     __shared__ float partial[QMATVEC_WARPS][ROWS * TILE];
     for (u32 first = 0; first < n_rows; first += TILE) {
@@ -373,9 +403,9 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const u8 *weigh
 }
 
 #define MATVEC_Q8_KERNEL(NAME, FMT, ROWS, TILE)                                                   \
-    extern "C" __global__ void NAME(const u8 *x_q, const float2 *x_scales, const u8 *weight,       \
-                                    size_t row_bytes, u32 rows, u32 cols, u32 n_rows, float *out) {\
-        matvec_q8<FMT, ROWS, TILE>(x_q, x_scales, weight, row_bytes, rows, cols, n_rows, out);     \
+    extern "C" __global__ void NAME(const u8 *x_q, const float2 *x_scales, const Projections projections, \
+                                    u32 cols, u32 n_rows) {                                        \
+        matvec_q8<FMT, ROWS, TILE>(x_q, x_scales, projections, cols, n_rows);                      \
     }
 
 #define MATVEC_Q8_KERNELS(SUFFIX, FMT)                                                             \

@@ -153,6 +153,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
         out: &mut Self::Tensor,
     ) -> Result<(), BackendError>;
 
+    /// [`Self::matmul`] of one input by several weights (a layer's q, k and v projections, or
+    /// its gate and up), each into its own output. A backend may run them as one launch; the
+    /// results are those of the separate matmuls.
+    fn matmuls(
+        &self,
+        x: &Self::Tensor,
+        n_rows: usize,
+        projections: &mut [(&Self::Weight, &mut Self::Tensor)],
+    ) -> Result<(), BackendError> {
+        projections.iter_mut().try_for_each(|(weight, out)| self.matmul(x, weight, n_rows, out))
+    }
+
     /// Rotates `x`, `[n_rows, n_heads, head_dim]`, in place; row `i` at position `positions[i]`.
     fn rope(
         &self,

@@ -565,9 +565,15 @@ impl<B: Backend> Weights<'_, B> {
             } else {
                 backend.rms_norm(&s.residual, &layer.attn_norm, n, eps, &mut s.normed)?;
             }
-            backend.matmul(&s.normed, &layer.attn_q, n, &mut s.q_raw)?;
-            backend.matmul(&s.normed, &layer.attn_k, n, &mut s.k_raw)?;
-            backend.matmul(&s.normed, &layer.attn_v, n, &mut s.v)?;
+            backend.matmuls(
+                &s.normed,
+                n,
+                &mut [
+                    (&layer.attn_q, &mut s.q_raw),
+                    (&layer.attn_k, &mut s.k_raw),
+                    (&layer.attn_v, &mut s.v),
+                ],
+            )?;
             backend.rms_norm(&s.q_raw, &layer.attn_q_norm, n * config.n_heads, eps, &mut s.q)?;
             backend.rms_norm(&s.k_raw, &layer.attn_k_norm, n * config.n_kv_heads, eps, &mut s.k)?;
             backend.rope(&mut s.q, &s.positions, n, &q_rope)?;
@@ -581,8 +587,11 @@ impl<B: Backend> Weights<'_, B> {
             backend.attention(&s.q, k_pool, v_pool, &s.batch, &attention, &mut s.attn)?;
             backend.matmul(&s.attn, &layer.attn_output, n, &mut s.delta)?;
             backend.add_rms_norm(&mut s.residual, &s.delta, &layer.ffn_norm, n, eps, &mut s.normed)?;
-            backend.matmul(&s.normed, &layer.ffn_gate, n, &mut s.gate)?;
-            backend.matmul(&s.normed, &layer.ffn_up, n, &mut s.up)?;
+            backend.matmuls(
+                &s.normed,
+                n,
+                &mut [(&layer.ffn_gate, &mut s.gate), (&layer.ffn_up, &mut s.up)],
+            )?;
             backend.swiglu(&s.gate, &s.up, n * config.ffn, &mut s.act)?;
             backend.matmul(&s.act, &layer.ffn_down, n, &mut s.delta)?;
             delta_pending = true;

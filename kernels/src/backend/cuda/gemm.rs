@@ -18,11 +18,11 @@ use super::memory::{CudaTensor, CudaWeight, ScratchBuffer};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
-/// By default, batches of more input rows than the largest tree verify (64) take the GEMM.
-/// Measured on an H200 (docs/performance.md), the GEMM already wins from 4 rows for the K-quants
-/// and 8 for the other types; lowering the default waits for those recorded steps (which then
-/// launch cuBLAS inside a graph) to be checked on the device.
-const DEFAULT_MIN_GEMM_ROWS: usize = 65;
+/// By default, batches of 16 input rows or more take the GEMM. Measured on an H200
+/// (docs/performance.md): the int8 matrix-vector kernels win up to 8 rows (Qwen3-8B Q4_K_M fwd8
+/// 9.7 ms against 13.9), the GEMM from 16 (fwd23 15.0 ms against 22.4; Qwen3-0.6B Q8_0 breaks
+/// even at 16). Recorded verify steps then launch cuBLAS inside a graph.
+const DEFAULT_MIN_GEMM_ROWS: usize = 16;
 
 /// The smallest batch that takes the GEMM: `$CANOPY_CUDA_GEMM_MIN_ROWS` when set to a positive
 /// number (for tuning), else [`DEFAULT_MIN_GEMM_ROWS`].

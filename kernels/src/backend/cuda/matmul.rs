@@ -2,13 +2,14 @@
 //!
 //! Block-quantized weights (Q8_0, Q4_K, Q5_K, Q6_K) take the int8 kernels of matvec_quant.cu:
 //! `quantize_q8` rounds `x` to int8 blocks of 32 into a copy kept with the tensor (reused until
-//! the tensor is written again), then dp4a dot products read each weight byte once. Element-wise weights (F32, F16, BF16) take the float kernels of
-//! matvec_float.cu. Both have a decode kernel that applies each activation load to four weight
-//! rows and a batch kernel for more than one input row.
+//! the tensor is written again), then dp4a dot products read each weight byte once; up to three
+//! weights of one type applied to the same input share a launch. Element-wise weights (F32, F16,
+//! BF16) take the float kernels of matvec_float.cu. Both have a decode kernel that applies each
+//! activation load to four weight rows and a batch kernel for more than one input row.
 
 use std::sync::PoisonError;
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::context::{Device, driver, per_element, to_u32};
 use super::memory::{CudaTensor, CudaWeight, QuantizedCopy};
@@ -22,64 +23,96 @@ const WARPS: u32 = 4;
 const Q8_BLOCK: usize = 32;
 /// Activation blocks `quantize_q8` gives one thread each group of eight lanes.
 const LANES_PER_Q8_BLOCK: usize = 8;
+/// Weights the int8 kernels multiply by one input in one launch (`MAX_PROJECTIONS`).
+const MAX_PROJECTIONS: usize = 3;
 
-/// The shape of the work one block does.
-struct Kernel {
+/// The kernels' `Projections` (matvec_quant.cu), field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Projections {
+    weight: [u64; MAX_PROJECTIONS],
+    out: [u64; MAX_PROJECTIONS],
+    row_bytes: [u64; MAX_PROJECTIONS],
+    rows: [u32; MAX_PROJECTIONS],
+    first_block: [u32; MAX_PROJECTIONS + 1],
+    count: u32,
+}
+
+// SAFETY: plain old data with the C layout the kernels declare.
+unsafe impl DeviceRepr for Projections {}
+
+/// The shape of the work one block of a float kernel does.
+struct FloatKernel {
     name: &'static str,
     /// Weight rows per block.
     rows: usize,
-    /// Input rows per block (grid.y tiles them); `None` when the block loops over every input row.
-    tile: Option<usize>,
+    /// Input rows per block (grid.y tiles them).
+    tile: usize,
 }
 
-/// `epoch` is the backend's (see `CudaBackend::epoch`): an int8 copy of `x` made in an earlier
-/// epoch is never reused.
-pub(super) fn matmul(
+/// `out = x · weightᵀ` for each projection: runs of block-quantized weights of one type share a
+/// launch (and the int8 copy of `x`); element-wise weights take one launch each. `epoch` is the
+/// backend's: an int8 copy of `x` made in an earlier epoch is never reused.
+pub(super) fn matmuls(
     device: &Device,
     epoch: u64,
     x: &CudaTensor,
-    weight: &CudaWeight,
     n_rows: usize,
-    out: &mut CudaTensor,
+    projections: &mut [(&CudaWeight, &mut CudaTensor)],
 ) -> Result<(), BackendError> {
-    shape::matmul(x, weight, n_rows, out)?;
-    if n_rows == 0 || weight.rows == 0 {
+    for (weight, out) in projections.iter() {
+        shape::matmul(x, *weight, n_rows, &**out)?;
+    }
+    if n_rows == 0 {
         return Ok(());
     }
-    let kernel = choose(weight.ty, weight.cols, n_rows)?;
-    let config = LaunchConfig {
-        grid_dim: (
-            to_u32(OP, "weight row blocks", weight.rows.div_ceil(kernel.rows))?,
-            to_u32(OP, "input row tiles", kernel.tile.map_or(1, |tile| n_rows.div_ceil(tile)))?,
-            1,
-        ),
-        block_dim: (32 * WARPS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let row_bytes = weight.row_bytes as u64;
-    let rows = to_u32(OP, "weight rows", weight.rows)?;
-    let cols = to_u32(OP, "weight cols", weight.cols)?;
-    let n_rows_u32 = to_u32(OP, "n_rows", n_rows)?;
-    if kernel.tile.is_some() {
-        let mut launch = device.stream.launch_builder(device.function(OP, kernel.name)?);
-        launch
-            .arg(&x.buf)
-            .arg(&weight.bytes)
-            .arg(&row_bytes)
-            .arg(&rows)
-            .arg(&cols)
-            .arg(&n_rows_u32)
-            .arg(&mut out.buf);
-        // SAFETY: the shape check guarantees `n_rows` rows of `x` and `out`; the weight holds
-        // `rows * row_bytes` bytes by construction, and `choose` only picks a 16-byte-load kernel
-        // for rows that are whole numbers of such loads.
-        unsafe { launch.launch(config) }.map_err(driver(OP))?;
-        return Ok(());
+    let mut rest = projections;
+    while let Some(((weight, _), _)) = rest.split_first() {
+        let ty = weight.ty;
+        let run = if q8_kernels(ty).is_some() {
+            rest.iter().take(MAX_PROJECTIONS).take_while(|(w, _)| w.ty == ty).count()
+        } else {
+            1
+        };
+        let (group, tail) = rest.split_at_mut(run);
+        match group {
+            [(weight, out)] if q8_kernels(ty).is_none() => float_matmul(device, x, weight, n_rows, out)?,
+            _ => quantized_matmuls(device, epoch, x, n_rows, group)?,
+        }
+        rest = tail;
     }
+    Ok(())
+}
+
+/// The decode and batch kernels of a block-quantized type.
+fn q8_kernels(ty: GgmlType) -> Option<(&'static str, &'static str)> {
+    match ty {
+        GgmlType::Q8_0 => Some(("matvec_q8_decode_q8_0", "matvec_q8_batch_q8_0")),
+        GgmlType::Q4K => Some(("matvec_q8_decode_q4_k", "matvec_q8_batch_q4_k")),
+        GgmlType::Q5K => Some(("matvec_q8_decode_q5_k", "matvec_q8_batch_q5_k")),
+        GgmlType::Q6K => Some(("matvec_q8_decode_q6_k", "matvec_q8_batch_q6_k")),
+        _ => None,
+    }
+}
+
+/// Up to MAX_PROJECTIONS weights of one block-quantized type, shapes already checked.
+fn quantized_matmuls(
+    device: &Device,
+    epoch: u64,
+    x: &CudaTensor,
+    n_rows: usize,
+    group: &mut [(&CudaWeight, &mut CudaTensor)],
+) -> Result<(), BackendError> {
+    let Some(((first, _), _)) = group.split_first() else { return Ok(()) };
+    let (ty, cols) = (first.ty, first.cols);
+    let (decode, batch) = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
+    // Decode applies each activation load to four weight rows; batches keep two rows' weights
+    // in registers against a tile of eight input rows.
+    let (kernel, rows_per_block) = if n_rows == 1 { (decode, 4) } else { (batch, 2) };
 
     let mut quantized = x.quantized.lock().unwrap_or_else(PoisonError::into_inner);
     let QuantizedCopy { values, scales, valid_for } = &mut *quantized;
-    let n_values = n_rows * weight.cols;
+    let n_values = n_rows * cols;
     let n_blocks = n_values / Q8_BLOCK;
     // Blocks never straddle rows (cols is a multiple of 32), so a copy of more values serves.
     let reusable = matches!(*valid_for, Some((copy_epoch, held)) if copy_epoch == epoch && held >= n_values);
@@ -95,36 +128,85 @@ pub(super) fn matmul(
         *valid_for = Some((epoch, n_values));
     }
 
+    let count = group.len();
+    let mut projections = Projections { count: to_u32(OP, "projections", count)?, ..Projections::default() };
+    let mut blocks = 0u32;
+    let mut guards = Vec::with_capacity(2 * count);
+    for (p, (weight, out)) in group.iter_mut().enumerate() {
+        projections.first_block[p] = blocks;
+        let (weight_ptr, weight_guard) = weight.bytes.device_ptr(&device.stream);
+        let (out_ptr, out_guard) = out.buf.device_ptr_mut(&device.stream);
+        guards.extend([weight_guard, out_guard]);
+        projections.weight[p] = weight_ptr;
+        projections.out[p] = out_ptr;
+        projections.row_bytes[p] = weight.row_bytes as u64;
+        projections.rows[p] = to_u32(OP, "weight rows", weight.rows)?;
+        blocks = blocks
+            .checked_add(to_u32(OP, "weight row blocks", weight.rows.div_ceil(rows_per_block))?)
+            .ok_or_else(|| BackendError::shape(OP, "more weight row blocks than a grid holds"))?;
+    }
+    projections.first_block[count..].fill(blocks);
+    if blocks == 0 {
+        return Ok(());
+    }
+    let config =
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };
+    let cols = to_u32(OP, "weight cols", cols)?;
+    let n_rows = to_u32(OP, "n_rows", n_rows)?;
+    let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+    launch.arg(&*values).arg(&*scales).arg(&projections).arg(&cols).arg(&n_rows);
+    // SAFETY: the copy holds the quantized `x`; each weight holds `rows * row_bytes` bytes in the
+    // layout of layout.rs, whose rows the kernels read with aligned loads, and each output holds
+    // n_rows * rows floats (shape-checked). The guards keep every pointer's buffer borrowed.
+    unsafe { launch.launch(config) }.map_err(driver(OP))?;
+    drop(guards);
+    Ok(())
+}
+
+/// One element-wise weight (F32, F16, BF16) by the float kernels.
+fn float_matmul(
+    device: &Device,
+    x: &CudaTensor,
+    weight: &CudaWeight,
+    n_rows: usize,
+    out: &mut CudaTensor,
+) -> Result<(), BackendError> {
+    if weight.rows == 0 {
+        return Ok(());
+    }
+    let kernel = float_kernel(weight.ty, weight.cols, n_rows)?;
+    let config = LaunchConfig {
+        grid_dim: (
+            to_u32(OP, "weight row blocks", weight.rows.div_ceil(kernel.rows))?,
+            to_u32(OP, "input row tiles", n_rows.div_ceil(kernel.tile))?,
+            1,
+        ),
+        block_dim: (32 * WARPS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let row_bytes = weight.row_bytes as u64;
+    let rows = to_u32(OP, "weight rows", weight.rows)?;
+    let cols = to_u32(OP, "weight cols", weight.cols)?;
+    let n_rows = to_u32(OP, "n_rows", n_rows)?;
     let mut launch = device.stream.launch_builder(device.function(OP, kernel.name)?);
     launch
-        .arg(&*values)
-        .arg(&*scales)
+        .arg(&x.buf)
         .arg(&weight.bytes)
         .arg(&row_bytes)
         .arg(&rows)
         .arg(&cols)
-        .arg(&n_rows_u32)
+        .arg(&n_rows)
         .arg(&mut out.buf);
-    // SAFETY: the scratch now holds the quantized `x`; the weight holds `rows * row_bytes` bytes
-    // in the layout of layout.rs, whose rows the kernels read with aligned loads.
+    // SAFETY: the shape check guarantees `n_rows` rows of `x` and `out`; the weight holds
+    // `rows * row_bytes` bytes by construction, and `float_kernel` only picks a 16-byte-load
+    // kernel for rows that are whole numbers of such loads.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     Ok(())
 }
 
-/// The kernel for a weight type, row length and batch size.
-fn choose(ty: GgmlType, cols: usize, n_rows: usize) -> Result<Kernel, BackendError> {
-    let quantized = |decode, batch| {
-        Ok(if n_rows == 1 {
-            Kernel { name: decode, rows: 4, tile: None }
-        } else {
-            Kernel { name: batch, rows: 2, tile: None }
-        })
-    };
+/// The float kernel for an element-wise type, row length and batch size.
+fn float_kernel(ty: GgmlType, cols: usize, n_rows: usize) -> Result<FloatKernel, BackendError> {
     let (decode, batch, any, per_load) = match ty {
-        GgmlType::Q8_0 => return quantized("matvec_q8_decode_q8_0", "matvec_q8_batch_q8_0"),
-        GgmlType::Q4K => return quantized("matvec_q8_decode_q4_k", "matvec_q8_batch_q4_k"),
-        GgmlType::Q5K => return quantized("matvec_q8_decode_q5_k", "matvec_q8_batch_q5_k"),
-        GgmlType::Q6K => return quantized("matvec_q8_decode_q6_k", "matvec_q8_batch_q6_k"),
         GgmlType::F32 => ("matvec_decode_f32", "matvec_batch_f32", "matvec_any_f32", 4),
         GgmlType::F16 => ("matvec_decode_f16", "matvec_batch_f16", "matvec_any_f16", 8),
         GgmlType::Bf16 => ("matvec_decode_bf16", "matvec_batch_bf16", "matvec_any_bf16", 8),
@@ -133,10 +215,10 @@ fn choose(ty: GgmlType, cols: usize, n_rows: usize) -> Result<Kernel, BackendErr
     // Rows that are not whole 16-byte loads take the one-element-per-lane kernel, one warp (row)
     // per block slot.
     Ok(if !cols.is_multiple_of(per_load) {
-        Kernel { name: any, rows: WARPS as usize, tile: Some(8) }
+        FloatKernel { name: any, rows: WARPS as usize, tile: 8 }
     } else if n_rows == 1 {
-        Kernel { name: decode, rows: 4, tile: Some(1) }
+        FloatKernel { name: decode, rows: 4, tile: 1 }
     } else {
-        Kernel { name: batch, rows: 1, tile: Some(8) }
+        FloatKernel { name: batch, rows: 1, tile: 8 }
     })
 }

@@ -6,8 +6,8 @@
 //! binary and compiled to CUBIN on first use, cached on disk (see [`cache_dir`]).
 //!
 //! Weights stay in their GGUF block format on the device (Q8_0 and Q6_K rows with their scales
-//! moved to the row's end, see layout.rs). Matmuls of up to 64 input rows (decode and tree
-//! verify) run matrix-vector kernels that read each weight byte once, with the activations
+//! moved to the row's end, see layout.rs). Matmuls of fewer than 16 input rows (decode and small
+//! tree verifies) run matrix-vector kernels that read each weight byte once, with the activations
 //! rounded to int8 for the block-quantized formats; larger batches run through cuBLAS on the
 //! tensor cores (f16 operands) when the library is present.
 //! `CANOPY_CUDA_GEMM_MIN_ROWS` moves that threshold, for tuning. Embedding and matmul support
@@ -210,13 +210,31 @@ impl Backend for CudaBackend {
         n_rows: usize,
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
-        out.invalidate_quantized();
+        self.matmuls(x, n_rows, &mut [(weight, out)])
+    }
+
+    fn matmuls(
+        &self,
+        x: &CudaTensor,
+        n_rows: usize,
+        projections: &mut [(&CudaWeight, &mut CudaTensor)],
+    ) -> Result<(), BackendError> {
+        for (_, out) in projections.iter_mut() {
+            out.invalidate_quantized();
+        }
+        let epoch = self.epoch.load(Ordering::Relaxed);
         match &self.gemm {
-            Some(gemm) if n_rows >= self.gemm_min_rows && Gemm::supports(weight.ty) => {
-                super::shape::matmul(x, weight, n_rows, out)?;
-                gemm.matmul(&self.device, x, weight, n_rows, out)
+            Some(gemm) if n_rows >= self.gemm_min_rows => {
+                projections.iter_mut().try_for_each(|(weight, out)| {
+                    if Gemm::supports(weight.ty) {
+                        super::shape::matmul(x, *weight, n_rows, &**out)?;
+                        gemm.matmul(&self.device, x, weight, n_rows, out)
+                    } else {
+                        matmul::matmuls(&self.device, epoch, x, n_rows, &mut [(*weight, &mut **out)])
+                    }
+                })
             }
-            _ => matmul::matmul(&self.device, self.epoch.load(Ordering::Relaxed), x, weight, n_rows, out),
+            _ => matmul::matmuls(&self.device, epoch, x, n_rows, projections),
         }
     }
 
