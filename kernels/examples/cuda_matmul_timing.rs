@@ -1,7 +1,7 @@
 //! Times the CUDA matmul at the weight shapes of a Qwen3-8B Q4_K_M decode and verify step, and
 //! reports each as a fraction of the device's measured read bandwidth: the per-kernel view that
 //! `canopy bench` cannot give (and that nsys would, where it is installed). Then the other ops of
-//! a decode step, at the same shapes.
+//! a decode step, at the same shapes, and decode attention at depths from 1 to 16384 keys.
 //!
 //! `cargo run --release -p canopy-kernels --example cuda_matmul_timing [N_ROWS,...]`
 //! (default 1,8,23). Calls are recorded into a graph and replayed, so each time includes the gap
@@ -14,7 +14,10 @@ use std::time::Instant;
 mod common;
 
 use canopy_kernels::backend::cuda::CudaBackend;
-use canopy_kernels::backend::{Backend, BackendError, RopeParams, RopeStyle};
+use canopy_kernels::backend::{
+    AttentionBatch, AttentionLayout, AttentionParams, Backend, BackendError, Mask, RopeParams, RopeStyle,
+    SequenceSpec,
+};
 use canopy_kernels::quant::{GgmlType, quantize_row};
 use common::pseudo_random;
 
@@ -131,9 +134,13 @@ fn step_ops(backend: &CudaBackend) -> Result<(), Box<dyn std::error::Error>> {
     println!();
     println!("| op (8B decode shape) | us per call |");
     println!("|---|---:|");
-    let report = |name: &str, op: &mut dyn FnMut() -> Result<(), BackendError>| {
+    let report = |name: &str,
+                  op: &mut dyn FnMut() -> Result<(), BackendError>|
+     -> Result<(), Box<dyn std::error::Error>> {
         let mut calls = || (0..CALLS_PER_GRAPH).try_for_each(|_| op());
-        time_calls(backend, &mut calls).map(|seconds| println!("| {name} | {:.2} |", seconds * 1e6))
+        let seconds = time_calls(backend, &mut calls)?;
+        println!("| {name} | {:.2} |", seconds * 1e6);
+        Ok(())
     };
     report("rms_norm 1 x 4096", &mut || backend.rms_norm(&hidden, &weight, 1, 1e-6, &mut out))?;
     report("add_rms_norm 1 x 4096", &mut || {
@@ -144,5 +151,34 @@ fn step_ops(backend: &CudaBackend) -> Result<(), Box<dyn std::error::Error>> {
     report("write_kv 1 x 1024", &mut || backend.write_kv(&mut pool, &k, &slots, 1, KV_HEADS * HEAD_DIM))?;
     report("swiglu 12288", &mut || backend.swiglu(&gate, &up, FFN, &mut out))?;
     report("add 4096", &mut || backend.add(&mut residual, &hidden, HIDDEN))?;
+    for depth in [1, 32, 128, 1024, 4096, 16384] {
+        attention_at(backend, depth, &report)?;
+    }
     Ok(())
+}
+
+/// One decode row's attention (the 8B's 32 query and 8 KV heads of 128) over `depth` keys, in
+/// blocks of 16 slots laid out in order.
+fn attention_at(
+    backend: &CudaBackend,
+    depth: usize,
+    report: &dyn Fn(
+        &str,
+        &mut dyn FnMut() -> Result<(), BackendError>,
+    ) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    const BLOCK_SIZE: usize = 16;
+    let params = AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim: 128, scale: 128f32.powf(-0.5) };
+    let table: Vec<u32> = (0..depth.div_ceil(BLOCK_SIZE) as u32).collect();
+    let spec = SequenceSpec { n_past: depth - 1, n_new: 1, block_table: &table, mask: Mask::Causal };
+    let layout = AttentionLayout::new(BLOCK_SIZE, &[spec])?;
+    let batch = AttentionBatch::upload(backend, &layout)?;
+    let pool_len = layout.slots_needed() * params.kv_row_len();
+    let k_pool = backend.upload(&pseudo_random(pool_len, 10))?;
+    let v_pool = backend.upload(&pseudo_random(pool_len, 11))?;
+    let q = backend.upload(&pseudo_random(params.q_row_len(), 12))?;
+    let mut out = backend.zeros(params.q_row_len())?;
+    report(&format!("attention 1 row, {depth} keys"), &mut || {
+        backend.attention(&q, &k_pool, &v_pool, &batch, &params, &mut out)
+    })
 }
