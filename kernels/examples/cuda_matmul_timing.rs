@@ -84,6 +84,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     step_ops(&backend)
 }
 
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+/// One op call, repeated by the timing.
+type Op<'a> = &'a mut dyn FnMut() -> Result<(), BackendError>;
+
 /// Median seconds per call of `calls` (CALLS_PER_GRAPH of them), recorded once and replayed.
 fn time_calls(
     backend: &CudaBackend,
@@ -105,7 +109,7 @@ fn time_calls(
 }
 
 /// The non-matmul ops of one Qwen3-8B decode step (one token), each timed like the matmuls.
-fn step_ops(backend: &CudaBackend) -> Result<(), Box<dyn std::error::Error>> {
+fn step_ops(backend: &CudaBackend) -> Outcome {
     const HIDDEN: usize = 4096;
     const FFN: usize = 12288;
     const HEADS: usize = 32;
@@ -134,9 +138,7 @@ fn step_ops(backend: &CudaBackend) -> Result<(), Box<dyn std::error::Error>> {
     println!();
     println!("| op (8B decode shape) | us per call |");
     println!("|---|---:|");
-    let report = |name: &str,
-                  op: &mut dyn FnMut() -> Result<(), BackendError>|
-     -> Result<(), Box<dyn std::error::Error>> {
+    let report = |name: &str, op: Op<'_>| -> Outcome {
         let mut calls = || (0..CALLS_PER_GRAPH).try_for_each(|_| op());
         let seconds = time_calls(backend, &mut calls)?;
         println!("| {name} | {:.2} |", seconds * 1e6);
@@ -162,10 +164,7 @@ fn step_ops(backend: &CudaBackend) -> Result<(), Box<dyn std::error::Error>> {
 fn attention_at(
     backend: &CudaBackend,
     depth: usize,
-    report: &dyn Fn(
-        &str,
-        &mut dyn FnMut() -> Result<(), BackendError>,
-    ) -> Result<(), Box<dyn std::error::Error>>,
+    report: &dyn Fn(&str, Op<'_>) -> Outcome,
 ) -> Result<(), Box<dyn std::error::Error>> {
     const BLOCK_SIZE: usize = 16;
     let params = AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim: 128, scale: 128f32.powf(-0.5) };
