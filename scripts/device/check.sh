@@ -2,7 +2,7 @@
 # One device call: parity of every CUDA op with the CPU, CPU-vs-CUDA greedy ids on whole models,
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
-# Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [profile] [bf16]
+# Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [bf16]
 # (default: parity small 8b). Build here first:
 #   cargo build --release -p canopy-cli
 #   cargo test --release -p canopy-kernels --test backend_cuda --no-run
@@ -69,6 +69,17 @@ fi
 if has kernels; then
     # Per-shape matmul time against the measured read bandwidth (8B decode and verify shapes).
     "$bin/cuda_matmul_timing" 1,8,23 2>&1 | tee "$out/kernels.txt"
+fi
+if has serve; then
+    # `canopy serve` on the GPU end to end: one worker per visible GPU, a chat completion over HTTP.
+    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    "$bin/canopy" serve --model "$models/q06.gguf" --listen 127.0.0.1:8123 >"$out/serve.log" 2>&1 &
+    serve=$!
+    for _ in $(seq 120); do grep -q "listening on" "$out/serve.log" && break; sleep 0.5; done
+    curl -s http://127.0.0.1:8123/v1/chat/completions -H 'content-type: application/json' \
+        -d '{"model":"q06","messages":[{"role":"user","content":"Hello"}],"max_tokens":16}' | tee "$out/serve.json"; echo
+    grep -i "backend\|cuda" "$out/serve.log" | head -5
+    kill -TERM "$serve"; wait "$serve"; echo "serve exit $?"
 fi
 if has profile; then
     # Per-kernel device time of 8B decode steps and a 512-token prefill, graph nodes included.
