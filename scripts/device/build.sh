@@ -5,10 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -p canopy-cli
 cargo build --release -p canopy-kernels --example cuda_matmul_timing
-tests=$(cargo test --release -p canopy-kernels --test backend_cuda --no-run --message-format json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*backend_cuda[^"]*\)".*/\1/p' | tail -1)
+test_binary() {  # package test
+    cargo test --release -p "$1" --test "$2" --no-run --message-format json 2>/dev/null |
+        sed -n "s/.*\"executable\":\"\([^\"]*$2[^\"]*\)\".*/\1/p" | tail -1
+}
 mkdir -p target/device
 strip -o target/device/canopy target/release/canopy
 strip -o target/device/cuda_matmul_timing target/release/examples/cuda_matmul_timing
-strip -o target/device/backend_cuda "$tests"
+strip -o target/device/backend_cuda "$(test_binary canopy-kernels backend_cuda)"
+strip -o target/device/qwen3_cuda "$(test_binary canopy-models qwen3_cuda)"
 ls -la target/device

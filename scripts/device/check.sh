@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
-# One device call: parity of every CUDA op with the CPU, CPU-vs-CUDA greedy ids on whole models,
+# One device call: parity of every CUDA op with the CPU, the whole tiny model against its HF
+# reference logits and CPU-vs-CUDA greedy ids,
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [bf16]
-# (default: parity small 8b). Build here first:
-#   cargo build --release -p canopy-cli
-#   cargo test --release -p canopy-kernels --test backend_cuda --no-run
-#   cargo build --release -p canopy-kernels --example cuda_matmul_timing
-# then strip each into target/device/ (canopy, backend_cuda, cuda_matmul_timing).
+# (default: parity small 8b). Build them here first with scripts/device/build.sh.
 set -uo pipefail
 bin=target/device
 out=${OUT:-/tmp/canopy-out}
@@ -32,6 +29,8 @@ same_ids() {  # model prompt tokens
 if has parity; then
     CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 --nocapture >"$out/parity.txt" 2>&1
     echo "parity exit $?"; grep -E "^parity|test result|FAILED|panicked" "$out/parity.txt" | tail -40
+    CARGO_MANIFEST_DIR=$PWD/models CANOPY_REQUIRE_CUDA=1 "$bin/qwen3_cuda" --test-threads 1 --nocapture >"$out/model.txt" 2>&1
+    echo "model parity exit $?"; grep -E "relative L2|test result|FAILED|panicked" "$out/model.txt"
     same_ids models/testdata/models/qwen3-tiny-f32.gguf "Hello there" 24 | tee -a "$out/ids.txt"
     if command -v cuobjdump >/dev/null; then
         for cubin in "$CANOPY_KERNEL_CACHE"/*; do cuobjdump -res-usage "$cubin" 2>/dev/null; done >"$out/resources.txt"

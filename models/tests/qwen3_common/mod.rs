@@ -12,8 +12,11 @@ use canopy_models::kv::{KvCache, SeqId};
 
 pub const VOCAB: usize = 1024;
 
+/// A fixture file. The crate directory is read at run time first, so that a test binary built
+/// here also runs from a copy of the tree elsewhere (`CARGO_MANIFEST_DIR=<copy>/models`).
 pub fn testdata(name: &str) -> String {
-    format!("{}/testdata/models/{name}", env!("CARGO_MANIFEST_DIR"))
+    let crate_dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    format!("{crate_dir}/testdata/models/{name}")
 }
 
 /// The fixture's description of one file type (`f32`, `bf16`, `q8_0`).
@@ -47,11 +50,12 @@ pub fn reference(kind: &str) -> Reference {
     }
 }
 
-/// A model on the CPU backend with a KV cache of small blocks, so that sequences span several.
-pub struct Harness {
-    pub backend: CpuBackend,
-    pub model: Qwen3<CpuBackend>,
-    pub cache: KvCache<CpuBackend>,
+/// A model with a KV cache of small blocks, so that sequences span several; on the CPU backend
+/// unless built with [`Harness::on`].
+pub struct Harness<B: Backend = CpuBackend> {
+    pub backend: B,
+    pub model: Qwen3<B>,
+    pub cache: KvCache<B>,
 }
 
 pub const BLOCK_SIZE: usize = 4;
@@ -62,7 +66,12 @@ impl Harness {
     }
 
     pub fn from_file(file: &GgufFile) -> Self {
-        let backend = CpuBackend::new();
+        Harness::on(CpuBackend::new(), file)
+    }
+}
+
+impl<B: Backend> Harness<B> {
+    pub fn on(backend: B, file: &GgufFile) -> Self {
         let options = Qwen3Options { max_batch_tokens: 128, max_logit_rows: 128, capture_layers: vec![] };
         let model = Qwen3::load(&backend, file, options).unwrap();
         let cache = KvCache::new(&backend, model.config().kv_config(BLOCK_SIZE, 128)).unwrap();
