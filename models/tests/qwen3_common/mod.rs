@@ -15,7 +15,8 @@ pub const VOCAB: usize = 1024;
 /// A fixture file. The crate directory is read at run time first, so that a test binary built
 /// here also runs from a copy of the tree elsewhere (`CARGO_MANIFEST_DIR=<copy>/models`).
 pub fn testdata(name: &str) -> String {
-    let crate_dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    let crate_dir =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
     format!("{crate_dir}/testdata/models/{name}")
 }
 
