@@ -77,3 +77,38 @@ __device__ float block_max(float v) {
     const int n_warps = blockDim.x / WARP_SIZE;
     return warp_max(lane < n_warps ? partial[lane] : -INFINITY);
 }
+
+// The end of a matrix-vector block: adds each of WARPS warps' accumulators acc[r][b] (weight row
+// row0 + r, input row first + b) across the block and writes those inside rows x tile to out
+// (n_rows x rows). Every thread of the block calls it; it leaves shared memory free for reuse.
+template <int WARPS, int ROWS, int TILE>
+__device__ void store_block_sums(const float (&acc)[ROWS][TILE], u32 row0, u32 rows, u32 first, u32 tile,
+                                 float *out) {
+    __shared__ float partial[WARPS][ROWS * TILE];
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int b = 0; b < TILE; ++b) {
+            const float sum = warp_sum(acc[r][b]);
+            if (lane == 0) {
+                partial[warp][r * TILE + b] = sum;
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < ROWS * TILE; i += blockDim.x) {
+        const u32 row = row0 + i / TILE;
+        const u32 b = i % TILE;
+        if (row < rows && b < tile) {
+            float total = 0.0f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                total += partial[w][i];
+            }
+            out[(size_t)(first + b) * rows + row] = total;
+        }
+    }
+    __syncthreads();
+}

@@ -149,30 +149,7 @@ __device__ void matvec_lanes(const float *x, const u8 *weight, size_t row_bytes,
             }
         }
     }
-    __shared__ float partial[MATVEC_WARPS][ROWS * TILE];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-#pragma unroll
-        for (int b = 0; b < TILE; ++b) {
-            const float sum = warp_sum(acc[r][b]);
-            if (lane == 0) {
-                partial[warp][r * TILE + b] = sum;
-            }
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < ROWS * TILE; i += blockDim.x) {
-        const u32 row = row0 + i / TILE;
-        const u32 b = i % TILE;
-        if (row < rows && b < tile) {
-            float total = 0.0f;
-#pragma unroll
-            for (int w = 0; w < MATVEC_WARPS; ++w) {
-                total += partial[w][i];
-            }
-            out[(size_t)(first + b) * rows + row] = total;
-        }
-    }
+    store_block_sums<MATVEC_WARPS, ROWS, TILE>(acc, row0, rows, first, tile, out);
 }
 
 // Element-wise formats whose rows are not a whole number of 16-byte loads: one element per lane

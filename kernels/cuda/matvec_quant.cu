@@ -333,7 +333,6 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
     const int warp = threadIdx.x / WARP_SIZE;
     const u32 row0 = (blockIdx.x - first_block) * ROWS;
     const u32 n_groups = (cols + L::GROUP_COLS - 1) / L::GROUP_COLS;
-    __shared__ float partial[QMATVEC_WARPS][ROWS * TILE];
     for (u32 first = 0; first < n_rows; first += TILE) {
         const u32 tile = min((u32)TILE, n_rows - first);
         float acc[ROWS][TILE];
@@ -374,31 +373,7 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
                 }
             }
         }
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-#pragma unroll
-            for (int b = 0; b < TILE; ++b) {
-                const float sum = warp_sum(acc[r][b]);
-                if (lane == 0) {
-                    partial[warp][r * TILE + b] = sum;
-                }
-            }
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < ROWS * TILE; i += blockDim.x) {
-            const u32 row = row0 + i / TILE;
-            const u32 b = i % TILE;
-            if (row < rows && b < tile) {
-                float total = 0.0f;
-#pragma unroll
-                for (int w = 0; w < QMATVEC_WARPS; ++w) {
-                    total += partial[w][i];
-                }
-                out[(size_t)(first + b) * rows + row] = total;
-            }
-        }
-        // The next tile writes `partial` again.
-        __syncthreads();
+        store_block_sums<QMATVEC_WARPS, ROWS, TILE>(acc, row0, rows, first, tile, out);
     }
 }
 

@@ -14,7 +14,7 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 use super::context::{Device, device_error, driver, grid, to_u32};
-use super::memory::{CudaTensor, CudaWeight, ScratchBuffer};
+use super::memory::{CudaTensor, CudaWeight, ScratchBuffer, is_weight_supported};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -63,18 +63,9 @@ impl Gemm {
         Some(Self { blas, scratch: Mutex::new(Scratch::default()) })
     }
 
-    /// Whether this weight type has a GEMM path.
+    /// Whether this weight type has a GEMM path: every type the backend uploads.
     pub fn supports(ty: GgmlType) -> bool {
-        matches!(
-            ty,
-            GgmlType::F32
-                | GgmlType::F16
-                | GgmlType::Bf16
-                | GgmlType::Q8_0
-                | GgmlType::Q4K
-                | GgmlType::Q5K
-                | GgmlType::Q6K
-        )
+        is_weight_supported(ty)
     }
 
     /// `out[n_rows × rows] = x[n_rows × cols] · weightᵀ`; shapes are checked by the caller.
