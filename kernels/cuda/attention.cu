@@ -20,7 +20,8 @@
 // take a variant holding 4 dimensions a lane, which leaves registers for four blocks per SM.
 //
 // When rows x KV heads alone would leave most SMs idle (decode), each task (row, KV head, chunk)
-// gets n_splits blocks, each taking an even share of the row's tiles. Each block writes one state
+// gets up to n_splits blocks (a short row fewer, so that no block is left with next to nothing to
+// read), each taking an even share of the row's tiles. Each block writes one state
 // per query head (max, sum, unnormalised output) to `partials` and counts itself done on the
 // task's counter, and the block that finishes last merges the states. Merging there rather than
 // in a second kernel saves a launch per layer on every decode step; since no block waits for
@@ -38,6 +39,8 @@
 #define SMALL_HEAD_DIM 128
 // Elements of a tile each thread copies, of keys and of values each.
 #define TILE_LOADS 4
+// Tiles each split of a row reads at least.
+#define MIN_SPLIT_TILES 2
 #define SEQ_FIELDS 5
 #define MASK_CAUSAL 0
 #define MASK_BIDIRECTIONAL 1
@@ -397,8 +400,15 @@ __device__ void attend_block(ATTENTION_PARAMS) {
         state.acc[j] = 0.0f;
     }
     const u32 n_tiles = (keys.end + tile_keys - 1) / tile_keys;
-    const u32 first_tile = (u32)((u64)n_tiles * split / n_splits);
-    const u32 last_tile = (u32)((u64)n_tiles * (split + 1) / n_splits);
+    // A short row uses fewer splits than the launch has, so that it does not pay for writing and
+    // merging the states of blocks that had next to nothing to read. The count depends on the row
+    // alone, so all of a task's blocks agree on it; the blocks past it leave at once.
+    const u32 used_splits = max(1u, min(n_splits, n_tiles / MIN_SPLIT_TILES));
+    if (split >= used_splits) {
+        return;
+    }
+    const u32 first_tile = (u32)((u64)n_tiles * split / used_splits);
+    const u32 last_tile = (u32)((u64)n_tiles * (split + 1) / used_splits);
     if (head_dim % 4 == 0) {
         attend_tiles<float4>(state, tiles, k_pool, v_pool, keys, first_tile, last_tile, block_heads, scale);
     } else {
@@ -406,7 +416,7 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     }
 
     float *out_head = out + ((size_t)row * n_heads + first_head + warp) * head_dim;
-    if (n_splits == 1) {
+    if (used_splits == 1) {
         if (warp < block_heads) {
             store_dims<DIMS>(state.acc, state.sum > 0.0f ? 1.0f / state.sum : 0.0f, out_head, head_dim);
         }
@@ -429,7 +439,7 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        merges = atomicAdd(&counters[task], 1u) == n_splits - 1;
+        merges = atomicAdd(&counters[task], 1u) == used_splits - 1;
     }
     __syncthreads();
     if (!merges) {
@@ -438,7 +448,7 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     // Orders the reads of the other splits' states after the count that showed them all done.
     __threadfence();
     if (warp < block_heads) {
-        merge_splits<DIMS>(task_states + warp * state_len, split_stride, n_splits, head_dim, out_head);
+        merge_splits<DIMS>(task_states + warp * state_len, split_stride, used_splits, head_dim, out_head);
     }
     // Every split has counted itself, so nothing else touches the counter in this launch.
     if (threadIdx.x == 0) {
