@@ -1,16 +1,32 @@
-// Paged multi-sequence attention. Each (query row, head) gets n_splits blocks, each taking an even
-// share of the row's 32-key chunks; a block's warps take turns on its chunks and merge their
-// online-softmax states in shared memory. With one split the block writes the output. With more
-// (decode, where rows x heads alone would leave most SMs idle) each block writes its state
-// (max, sum, unnormalised output) to `partials` and counts itself done on the task's counter, and
-// the block that finishes last merges the states. Merging there rather than in a second kernel
-// saves a launch per layer on every decode step; since no block waits for another, it holds
-// however the blocks are scheduled. The last block puts the counter back to zero, so every launch,
-// and every replay of a recorded graph, starts from zeroed counters.
+// Paged multi-sequence attention. Decode attention is bound by reading the keys and values, and
+// under grouped-query attention the G query heads of a group all read the same KV head. So a block
+// serves one query row and the query heads of one KV head, a warp each (a group larger than
+// ATTENTION_WARPS is cut into even chunks, a block each), and reads each key and value row once for
+// all of them instead of once per query head.
 //
-// Within a chunk, lane l scores key l (a whole q . k dot product from the query in shared memory),
-// the chunk's softmax takes one warp reduction, and the value rows are then read coalesced, lanes
-// over dimensions: lane l holds dimensions l, l + 32, ... of the running output.
+// The block walks its keys in tiles. All its threads copy a tile's key and value rows into shared
+// memory, consecutive threads reading consecutive float4s (floats when head_dim is no multiple of
+// 4) of a row, so the reads coalesce; each thread has its share of the next tile in flight while
+// the warps work on the current one, so that memory stays busy through the arithmetic. Each warp
+// folds the tile into its query head's online softmax: lane t scores key t from its key row in
+// shared memory (the rows are padded so that 32 lanes reading 32 rows hit distinct banks), one
+// warp reduction gives the tile's maximum and one its sum, and the lanes, over dimensions (lane l
+// holds dimensions l, l + 32, ...), add the weighted value rows. Keys the row may not see are
+// stored as zeros and weigh nothing.
+//
+// A tile holds 32 keys, one per lane, or fewer for large heads (the host picks the count), so that
+// the queries and a tile fit in 48 KB, which every device grants without opting in, and
+// TILE_LOADS loads a thread cover a tile. Heads of up to 128 dimensions, those of most models,
+// take a variant holding 4 dimensions a lane, which leaves registers for four blocks per SM.
+//
+// When rows x KV heads alone would leave most SMs idle (decode), each task (row, KV head, chunk)
+// gets up to n_splits blocks (a short row fewer, so that no block is left with next to nothing to
+// read), each taking an even share of the row's tiles. Each block writes one state
+// per query head (max, sum, unnormalised output) to `partials` and counts itself done on the
+// task's counter, and the block that finishes last merges the states. Merging there rather than
+// in a second kernel saves a launch per layer on every decode step; since no block waits for
+// another, it holds however the blocks are scheduled. The last block puts the counter back to
+// zero, so every launch, and every replay of a recorded graph, starts from zeroed counters.
 //
 // The keys a row sees are the committed context, then the new tokens its mask allows. The batch
 // description is the flattened AttentionLayout: per sequence the five fields
@@ -19,12 +35,56 @@
 
 #define ATTENTION_WARPS 8
 #define MAX_HEAD_DIM 512
-#define MAX_DIMS_PER_LANE (MAX_HEAD_DIM / WARP_SIZE)
+// The largest head of the variant that holds 4 dimensions a lane.
+#define SMALL_HEAD_DIM 128
+// Elements of a tile each thread copies, of keys and of values each.
+#define TILE_LOADS 4
+// Tiles each split of a row reads at least.
+#define MIN_SPLIT_TILES 2
 #define SEQ_FIELDS 5
 #define MASK_CAUSAL 0
 #define MASK_BIDIRECTIONAL 1
 #define MASK_TREE 2
 #define TREE_ROOT 0xffffffffu
+
+// One query row's view of its sequence: which keys it sees and where they are in the pools.
+struct KeyRange {
+    const u32 *table;
+    const u32 *parents;
+    u32 block_size;
+    u32 n_past;
+    u32 n_new;
+    // The row's index among its sequence's new tokens.
+    u32 i;
+    u32 mask;
+    // Keys at or past `end` are never visible: a causal row stops at itself.
+    u32 end;
+    // Floats per pool row, and the offset of the block's KV head in one.
+    size_t kv_row_len;
+    size_t kv_offset;
+};
+
+// One query head's online softmax, as each lane of its warp holds it, for heads of up to
+// DIMS * 32 dimensions.
+template <int DIMS>
+struct HeadState {
+    float max;
+    float sum;
+    // Dimensions lane, lane + 32, ... of the unnormalised output.
+    float acc[DIMS];
+};
+
+// A block's queries and its current tile in shared memory: the chunk's query rows
+// (heads_per_block x head_dim), the tile's key rows (n_keys x key_stride, key_stride a multiple of
+// 4 when head_dim is) and its value rows (n_keys x head_dim).
+struct Tiles {
+    float *q_rows;
+    float *k_rows;
+    float *v_rows;
+    u32 n_keys;
+    u32 key_stride;
+    u32 head_dim;
+};
 
 // Whether new token j is node i itself or one of its ancestors. The walk is bounded, so a
 // malformed parent array cannot loop.
@@ -39,14 +99,79 @@ __device__ bool tree_sees(const u32 *parents, u32 n_new, u32 i, u32 j) {
     return false;
 }
 
+__device__ bool row_sees(const KeyRange &keys, u32 p) {
+    if (p >= keys.end) {
+        return false;
+    }
+    return p < keys.n_past || keys.mask != MASK_TREE ||
+           tree_sees(keys.parents, keys.n_new, keys.i, p - keys.n_past);
+}
+
+// The offset in the pools of key p's row for the block's KV head, if the row sees key p. Keys
+// it does not see may lie past the sequence's block table, so they have no offset.
+__device__ bool key_offset(const KeyRange &keys, u32 p, size_t *at) {
+    if (!row_sees(keys, p)) {
+        return false;
+    }
+    const size_t slot = (size_t)keys.table[p / keys.block_size] * keys.block_size + p % keys.block_size;
+    *at = slot * keys.kv_row_len + keys.kv_offset;
+    return true;
+}
+
+// One thread's share of a tile's key and value rows, in elements of type E (float4, or float when
+// head_dim is no multiple of 4): elements e = threadIdx.x + j * blockDim.x of the tile, numbered
+// row after row, row_len to a row. The host sizes tiles so that TILE_LOADS elements a thread
+// cover them.
+template <typename E>
+struct TileShare {
+    E k[TILE_LOADS];
+    E v[TILE_LOADS];
+};
+
+// Loads this thread's share of the tile of n_keys keys from position first_key. The loads do not
+// wait on one another, and consecutive threads read consecutive elements of a row. Rows the row
+// does not see are zeros.
+template <typename E>
+__device__ void fetch_tile(TileShare<E> &share, const float *k_pool, const float *v_pool,
+                           const KeyRange &keys, u32 first_key, u32 n_keys, u32 row_len) {
+#pragma unroll
+    for (int j = 0; j < TILE_LOADS; ++j) {
+        const u32 e = threadIdx.x + j * blockDim.x;
+        share.k[j] = E{};
+        share.v[j] = E{};
+        size_t at = 0;
+        if (e < n_keys * row_len && key_offset(keys, first_key + e / row_len, &at)) {
+            share.k[j] = ((const E *)(k_pool + at))[e % row_len];
+            share.v[j] = ((const E *)(v_pool + at))[e % row_len];
+        }
+    }
+}
+
+// Stores this thread's share of a tile in shared memory: key rows key_stride elements apart,
+// value rows packed.
+template <typename E>
+__device__ void store_tile(const TileShare<E> &share, u32 n_keys, u32 row_len, u32 key_stride, E *k_tile,
+                           E *v_tile) {
+#pragma unroll
+    for (int j = 0; j < TILE_LOADS; ++j) {
+        const u32 e = threadIdx.x + j * blockDim.x;
+        if (e < n_keys * row_len) {
+            k_tile[e / row_len * key_stride + e % row_len] = share.k[j];
+            v_tile[e] = share.v[j];
+        }
+    }
+}
+
+// q . k over head_dim floats in shared memory; both rows are 16-byte aligned when head_dim is a
+// multiple of 4.
 __device__ float dot_row(const float *q, const float *k, u32 head_dim) {
     float sum = 0.0f;
     if (head_dim % 4 == 0) {
-        // Unrolled so that several 16-byte loads of the key row are in flight at once.
 #pragma unroll 8
         for (u32 d = 0; d < head_dim; d += 4) {
+            const float4 qv = *(const float4 *)(q + d);
             const float4 kv = *(const float4 *)(k + d);
-            sum += q[d] * kv.x + q[d + 1] * kv.y + q[d + 2] * kv.z + q[d + 3] * kv.w;
+            sum += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
         }
     } else {
         for (u32 d = 0; d < head_dim; ++d) {
@@ -56,23 +181,171 @@ __device__ float dot_row(const float *q, const float *k, u32 head_dim) {
     return sum;
 }
 
-extern "C" __global__ void attention(const float *q, const float *k_pool, const float *v_pool,
-                                     const u32 *sequences, u32 n_sequences, const u32 *block_tables,
-                                     const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,
-                                     u32 n_kv_heads, u32 head_dim, float scale, u32 n_splits,
-                                     float *partials, u32 *counters, float *out) {
-    __shared__ float q_shared[MAX_HEAD_DIM];
-    __shared__ float max_shared[ATTENTION_WARPS];
-    __shared__ float sum_shared[ATTENTION_WARPS];
-    __shared__ float acc_shared[ATTENTION_WARPS][MAX_HEAD_DIM];
+// Folds a tile of n_keys keys, starting at position first_key, into one query head's softmax. The
+// whole warp calls it: lane t scores key t, then every lane adds the weighted value rows over its
+// dimensions.
+template <int DIMS>
+__device__ void attend_tile(HeadState<DIMS> &state, const float *q, const Tiles &tiles,
+                            const KeyRange &keys, u32 first_key, float scale) {
+    const u32 n_keys = tiles.n_keys;
+    const u32 head_dim = tiles.head_dim;
+    const u32 lane = threadIdx.x % WARP_SIZE;
+    const bool visible = lane < n_keys && row_sees(keys, first_key + lane);
+    const float *k = tiles.k_rows + lane * tiles.key_stride;
+    const float score = visible ? dot_row(q, k, head_dim) * scale : -INFINITY;
+    const float tile_max = warp_max(score);
+    if (tile_max == -INFINITY) {
+        return;
+    }
+    const float new_max = fmaxf(state.max, tile_max);
+    // expf(-inf) = 0 on the first tile, while the accumulators are still zero.
+    const float rescale = expf(state.max - new_max);
+    const float weight = visible ? expf(score - new_max) : 0.0f;
+    state.sum = state.sum * rescale + warp_sum(weight);
+    state.max = new_max;
+#pragma unroll
+    for (int j = 0; j < DIMS; ++j) {
+        state.acc[j] *= rescale;
+    }
+#pragma unroll 4
+    for (u32 t = 0; t < n_keys; ++t) {
+        const float w = __shfl_sync(FULL_MASK, weight, t);
+        const float *v = tiles.v_rows + t * head_dim;
+#pragma unroll
+        for (int j = 0; j < DIMS; ++j) {
+            const u32 d = lane + j * WARP_SIZE;
+            if (d < head_dim) {
+                state.acc[j] = fmaf(w, v[d], state.acc[j]);
+            }
+        }
+    }
+}
+
+// Folds tiles first_tile .. last_tile of the row's keys into the softmax of each warp's query head
+// (warps past block_heads only copy). While the warps work on one tile, the loads of the next are
+// in flight. Every thread of the block calls it with the same tiles, so every thread reaches both
+// barriers of each.
+template <typename E, int DIMS>
+__device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const float *k_pool,
+                             const float *v_pool, const KeyRange &keys, u32 first_tile, u32 last_tile,
+                             u32 block_heads, float scale) {
+    const u32 warp = threadIdx.x / WARP_SIZE;
+    const u32 row_len = tiles.head_dim * sizeof(float) / sizeof(E);
+    const u32 key_stride = tiles.key_stride * sizeof(float) / sizeof(E);
+    TileShare<E> share;
+    if (first_tile < last_tile) {
+        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, row_len);
+    }
+    for (u32 tile = first_tile; tile < last_tile; ++tile) {
+        // The warps are done with the previous tile (and, the first time, the queries are written).
+        __syncthreads();
+        store_tile(share, tiles.n_keys, row_len, key_stride, (E *)tiles.k_rows, (E *)tiles.v_rows);
+        __syncthreads();
+        if (tile + 1 < last_tile) {
+            fetch_tile(share, k_pool, v_pool, keys, (tile + 1) * tiles.n_keys, tiles.n_keys, row_len);
+        }
+        if (warp < block_heads) {
+            attend_tile(state, tiles.q_rows + warp * tiles.head_dim, tiles, keys, tile * tiles.n_keys, scale);
+        }
+    }
+}
+
+// Writes a lane's dimensions of `acc`, times `factor`, to `dst`.
+template <int DIMS>
+__device__ void store_dims(const float *acc, float factor, float *dst, u32 head_dim) {
+    const u32 lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int j = 0; j < DIMS; ++j) {
+        const u32 d = lane + j * WARP_SIZE;
+        if (d < head_dim) {
+            dst[d] = acc[j] * factor;
+        }
+    }
+}
+
+// Merges one query head's states of every split, the first at `states` and each split_stride
+// floats after the previous, into its output row. The whole warp calls it. A split that attended
+// to nothing has max -inf, sum 0 and a zero output, and weighs 0. The reads bypass L1 (__ldcg),
+// which could hold a line read before the other blocks wrote it (one shared with a neighbouring
+// task's states, read by an earlier merge on this SM).
+template <int DIMS>
+__device__ void merge_splits(const float *states, size_t split_stride, u32 n_splits, u32 head_dim,
+                             float *out_head) {
+    const u32 lane = threadIdx.x % WARP_SIZE;
+    float max_value = -INFINITY;
+    for (u32 s = lane; s < n_splits; s += WARP_SIZE) {
+        max_value = fmaxf(max_value, __ldcg(states + s * split_stride));
+    }
+    max_value = warp_max(max_value);
+    float total = 0.0f;
+    float acc[DIMS];
+#pragma unroll
+    for (int j = 0; j < DIMS; ++j) {
+        acc[j] = 0.0f;
+    }
+    for (u32 first = 0; first < n_splits; first += WARP_SIZE) {
+        // Lane l weighs split first + l; the warp then takes the splits' outputs in turn, so that
+        // their loads do not wait on one another.
+        float factor = 0.0f;
+        if (first + lane < n_splits) {
+            const float *state = states + (first + lane) * split_stride;
+            const float split_max = __ldcg(state);
+            if (split_max != -INFINITY) {
+                factor = expf(split_max - max_value);
+                total += __ldcg(state + 1) * factor;
+            }
+        }
+        const u32 count = min(n_splits - first, (u32)WARP_SIZE);
+#pragma unroll 4
+        for (u32 t = 0; t < count; ++t) {
+            const float f = __shfl_sync(FULL_MASK, factor, t);
+            const float *values = states + (first + t) * split_stride + 2;
+#pragma unroll
+            for (int j = 0; j < DIMS; ++j) {
+                const u32 d = lane + j * WARP_SIZE;
+                if (d < head_dim) {
+                    acc[j] = fmaf(__ldcg(values + d), f, acc[j]);
+                }
+            }
+        }
+    }
+    total = warp_sum(total);
+    store_dims<DIMS>(acc, total > 0.0f ? 1.0f / total : 0.0f, out_head, head_dim);
+}
+
+// Both kernels take these parameters. One block per (task, split), ATTENTION_WARPS warps. A task
+// is (query row, KV head, chunk of heads_per_block query heads of that KV head's group), numbered
+// in that order. Dynamic shared memory holds the chunk's queries (heads_per_block x head_dim),
+// then a tile's key rows (tile_keys x key_stride) and value rows (tile_keys x head_dim);
+// key_stride is a multiple of 4 when head_dim is, and TILE_LOADS elements a thread cover a tile.
+// `partials` holds n_splits x heads_per_block states of head_dim + 2 floats per task, `counters`
+// one counter per task; neither is used with one split.
+#define ATTENTION_PARAMS                                                                               \
+    const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,    \
+        const u32 *block_tables, const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,       \
+        u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 tile_keys, u32 key_stride,  \
+        u32 n_splits, float *partials, u32 *counters, float *out
+#define ATTENTION_ARGS                                                                                 \
+    q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_rows, n_heads, \
+        n_kv_heads, head_dim, scale, heads_per_block, tile_keys, key_stride, n_splits, partials,        \
+        counters, out
+
+// One block's work, for heads of up to DIMS * 32 dimensions.
+template <int DIMS>
+__device__ void attend_block(ATTENTION_PARAMS) {
+    extern __shared__ float4 shared_rows[];
     __shared__ bool merges;
 
+    const u32 group = n_heads / n_kv_heads;
+    const u32 chunks = (group + heads_per_block - 1) / heads_per_block;
     const u32 task = blockIdx.x / n_splits;
     const u32 split = blockIdx.x % n_splits;
-    const u32 row = task / n_heads;
-    const u32 head = task % n_heads;
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int warp = threadIdx.x / WARP_SIZE;
+    const u32 row = task / (n_kv_heads * chunks);
+    const u32 kv_head = task / chunks % n_kv_heads;
+    const u32 chunk = task % chunks;
+    const u32 first_head = kv_head * group + chunk * heads_per_block;
+    const u32 block_heads = min(heads_per_block, group - chunk * heads_per_block);
+    const u32 warp = threadIdx.x / WARP_SIZE;
     // These exits depend on the row alone, so all of a task's splits take them or none does, and
     // its counter stays balanced either way.
     if (row >= n_rows) {
@@ -94,172 +367,100 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
         return;
     }
     const u32 *seq = sequences + lo * SEQ_FIELDS;
-    const u32 q_start = seq[0], n_new = seq[1], n_past = seq[2], table_start = seq[3], mask = seq[4];
-    const u32 i = row - q_start;
-    const u32 *table = block_tables + table_start;
-    const u32 *parents = tree_parents + q_start;
-    const u32 kv_row_len = n_kv_heads * head_dim;
-    const size_t kv_offset = (size_t)(head / (n_heads / n_kv_heads)) * head_dim;
-    // Keys past `end` are never visible: a causal row stops at itself.
-    const u32 end = n_past + (mask == MASK_CAUSAL ? i + 1 : n_new);
+    KeyRange keys;
+    keys.table = block_tables + seq[3];
+    keys.parents = tree_parents + seq[0];
+    keys.block_size = block_size;
+    keys.n_past = seq[2];
+    keys.n_new = seq[1];
+    keys.i = row - seq[0];
+    keys.mask = seq[4];
+    keys.end = keys.n_past + (keys.mask == MASK_CAUSAL ? keys.i + 1 : keys.n_new);
+    keys.kv_row_len = (size_t)n_kv_heads * head_dim;
+    keys.kv_offset = (size_t)kv_head * head_dim;
 
-    const float *q_head = q + ((size_t)row * n_heads + head) * head_dim;
-    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        q_shared[d] = q_head[d];
-    }
-    __syncthreads();
-
-    float running_max = -INFINITY;
-    float running_sum = 0.0f;
-    float acc[MAX_DIMS_PER_LANE];
-#pragma unroll
-    for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
-        acc[j] = 0.0f;
-    }
-
-    const u32 n_chunks = (end + WARP_SIZE - 1) / WARP_SIZE;
-    const u32 first_chunk = (u32)((u64)n_chunks * split / n_splits);
-    const u32 last_chunk = (u32)((u64)n_chunks * (split + 1) / n_splits);
-    for (u32 chunk = first_chunk + warp; chunk < last_chunk; chunk += ATTENTION_WARPS) {
-        const u32 p = chunk * WARP_SIZE + lane;
-        bool visible = p < end;
-        if (visible && p >= n_past && mask == MASK_TREE) {
-            visible = tree_sees(parents, n_new, i, p - n_past);
-        }
-        size_t at = 0;
-        float score = -INFINITY;
-        if (visible) {
-            const size_t slot = (size_t)table[p / block_size] * block_size + p % block_size;
-            at = slot * kv_row_len + kv_offset;
-            score = dot_row(q_shared, k_pool + at, head_dim) * scale;
-        }
-        const float chunk_max = warp_max(score);
-        if (chunk_max == -INFINITY) {
-            continue;
-        }
-        const float new_max = fmaxf(running_max, chunk_max);
-        // expf(-inf) = 0 on the first chunk, while the accumulators are still zero.
-        const float rescale = expf(running_max - new_max);
-        const float weight = visible ? expf(score - new_max) : 0.0f;
-        running_sum = running_sum * rescale + warp_sum(weight);
-        running_max = new_max;
-#pragma unroll
-        for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
-            acc[j] *= rescale;
-        }
-        // Unrolled so that the value rows of several keys are loaded at once; masked keys
-        // (weight 0) load nothing.
-#pragma unroll 8
-        for (int t = 0; t < WARP_SIZE; ++t) {
-            const float w = __shfl_sync(FULL_MASK, weight, t);
-            const size_t key_at = __shfl_sync(FULL_MASK, at, t);
-            const float *v = v_pool + key_at;
-#pragma unroll
-            for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
-                const u32 d = lane + j * WARP_SIZE;
-                if (w != 0.0f && d < head_dim) {
-                    acc[j] = fmaf(w, v[d], acc[j]);
-                }
-            }
-        }
+    Tiles tiles;
+    tiles.q_rows = (float *)shared_rows;
+    tiles.k_rows = tiles.q_rows + heads_per_block * head_dim;
+    tiles.v_rows = tiles.k_rows + tile_keys * key_stride;
+    tiles.n_keys = tile_keys;
+    tiles.key_stride = key_stride;
+    tiles.head_dim = head_dim;
+    // The chunk's heads are consecutive in the query row.
+    const float *q_chunk = q + ((size_t)row * n_heads + first_head) * head_dim;
+    for (u32 x = threadIdx.x; x < block_heads * head_dim; x += blockDim.x) {
+        tiles.q_rows[x] = q_chunk[x];
     }
 
-    if (lane == 0) {
-        max_shared[warp] = running_max;
-        sum_shared[warp] = running_sum;
-    }
+    HeadState<DIMS> state;
+    state.max = -INFINITY;
+    state.sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < MAX_DIMS_PER_LANE; ++j) {
-        const u32 d = lane + j * WARP_SIZE;
-        if (d < head_dim) {
-            acc_shared[warp][d] = acc[j];
-        }
+    for (int j = 0; j < DIMS; ++j) {
+        state.acc[j] = 0.0f;
     }
-    __syncthreads();
+    const u32 n_tiles = (keys.end + tile_keys - 1) / tile_keys;
+    // A short row uses fewer splits than the launch has, so that it does not pay for writing and
+    // merging the states of blocks that had next to nothing to read. The count depends on the row
+    // alone, so all of a task's blocks agree on it; the blocks past it leave at once.
+    const u32 used_splits = max(1u, min(n_splits, n_tiles / MIN_SPLIT_TILES));
+    if (split >= used_splits) {
+        return;
+    }
+    const u32 first_tile = (u32)((u64)n_tiles * split / used_splits);
+    const u32 last_tile = (u32)((u64)n_tiles * (split + 1) / used_splits);
+    if (head_dim % 4 == 0) {
+        attend_tiles<float4>(state, tiles, k_pool, v_pool, keys, first_tile, last_tile, block_heads, scale);
+    } else {
+        attend_tiles<float>(state, tiles, k_pool, v_pool, keys, first_tile, last_tile, block_heads, scale);
+    }
 
-    float block_max_value = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < ATTENTION_WARPS; ++w) {
-        block_max_value = fmaxf(block_max_value, max_shared[w]);
-    }
-    float factor[ATTENTION_WARPS];
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < ATTENTION_WARPS; ++w) {
-        factor[w] = max_shared[w] == -INFINITY ? 0.0f : expf(max_shared[w] - block_max_value);
-        total += sum_shared[w] * factor[w];
-    }
-    if (n_splits == 1) {
-        const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
-        float *out_head = out + (size_t)task * head_dim;
-        for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-            float value = 0.0f;
-#pragma unroll
-            for (int w = 0; w < ATTENTION_WARPS; ++w) {
-                value += acc_shared[w][d] * factor[w];
-            }
-            out_head[d] = value * inv_total;
+    float *out_head = out + ((size_t)row * n_heads + first_head + warp) * head_dim;
+    if (used_splits == 1) {
+        if (warp < block_heads) {
+            store_dims<DIMS>(state.acc, state.sum > 0.0f ? 1.0f / state.sum : 0.0f, out_head, head_dim);
         }
         return;
     }
-    // This split's state: max, sum, then the output scaled by exp(-max). A split with nothing to
-    // attend writes max -inf and sum 0, which the merge skips.
-    float *state = partials + (size_t)blockIdx.x * (head_dim + 2);
-    if (threadIdx.x == 0) {
-        state[0] = block_max_value;
-        state[1] = total;
-    }
-    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float value = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATTENTION_WARPS; ++w) {
-            value += acc_shared[w][d] * factor[w];
+    // This split's state of each head: max, sum, then the output scaled by exp(-max).
+    const size_t state_len = head_dim + 2;
+    const size_t split_stride = heads_per_block * state_len;
+    float *task_states = partials + (size_t)task * n_splits * split_stride;
+    if (warp < block_heads) {
+        float *own = task_states + split * split_stride + warp * state_len;
+        if (threadIdx.x % WARP_SIZE == 0) {
+            own[0] = state.max;
+            own[1] = state.sum;
         }
-        state[2 + d] = value;
+        store_dims<DIMS>(state.acc, 1.0f, own + 2, head_dim);
     }
     // Every thread fences its own writes, and the barrier puts all those fences before the count:
     // a block that sees this block counted also sees its whole state.
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        merges = atomicAdd(&counters[task], 1u) == n_splits - 1;
+        merges = atomicAdd(&counters[task], 1u) == used_splits - 1;
     }
     __syncthreads();
     if (!merges) {
         return;
     }
     // Orders the reads of the other splits' states after the count that showed them all done.
-    // The reads also bypass L1 (__ldcg), which could hold a line read before it was written
-    // (one shared with a neighbouring task's states, read by an earlier merge on this SM).
     __threadfence();
-    const float *states = partials + (size_t)task * n_splits * (head_dim + 2);
-    float max_value = -INFINITY;
-    for (u32 s = 0; s < n_splits; ++s) {
-        max_value = fmaxf(max_value, __ldcg(states + (size_t)s * (head_dim + 2)));
-    }
-    float merged_total = 0.0f;
-    for (u32 s = 0; s < n_splits; ++s) {
-        const float *split_state = states + (size_t)s * (head_dim + 2);
-        const float split_max = __ldcg(split_state);
-        if (split_max != -INFINITY) {
-            merged_total += __ldcg(split_state + 1) * expf(split_max - max_value);
-        }
-    }
-    const float inv_total = merged_total > 0.0f ? 1.0f / merged_total : 0.0f;
-    float *out_head = out + (size_t)task * head_dim;
-    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float value = 0.0f;
-        for (u32 s = 0; s < n_splits; ++s) {
-            const float *split_state = states + (size_t)s * (head_dim + 2);
-            const float split_max = __ldcg(split_state);
-            if (split_max != -INFINITY) {
-                value += __ldcg(split_state + 2 + d) * expf(split_max - max_value);
-            }
-        }
-        out_head[d] = value * inv_total;
+    if (warp < block_heads) {
+        merge_splits<DIMS>(task_states + warp * state_len, split_stride, used_splits, head_dim, out_head);
     }
     // Every split has counted itself, so nothing else touches the counter in this launch.
     if (threadIdx.x == 0) {
         counters[task] = 0;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ATTENTION_WARPS * WARP_SIZE, 4)
+    attention_dim128(ATTENTION_PARAMS) {
+    attend_block<SMALL_HEAD_DIM / WARP_SIZE>(ATTENTION_ARGS);
+}
+
+extern "C" __global__ void attention_dim512(ATTENTION_PARAMS) {
+    attend_block<MAX_HEAD_DIM / WARP_SIZE>(ATTENTION_ARGS);
 }

@@ -1,9 +1,15 @@
-//! Paged attention (attention.cu): blocks per (query row, head) whose warps split the keys; when
-//! rows × heads would leave SMs idle (decode), each row's keys are also split across blocks, and
-//! the last of a (row, head)'s blocks to finish merges their softmax states. Merging in the same kernel
-//! saves a second launch per layer on every decode step; it needs a completion counter per split
-//! (row, head), which lives with the states so that both are allocated once, before any graph
-//! is recorded.
+//! Paged attention (attention.cu). Decode attention is bound by reading keys and values, and the
+//! query heads of a grouped-query model that share a KV head read the same rows: so a block
+//! serves one row and the query heads of one KV head (a chunk of them, for groups larger than a
+//! block has warps), reading each key and value row once for all of them, a tile of keys at a
+//! time, coalesced. When rows × KV heads would leave SMs idle (decode), each row's keys are also
+//! split across blocks, and the last of a task's blocks to finish merges their softmax states.
+//! Merging in the same kernel saves a second launch per layer on every decode step; it needs a
+//! completion counter per split task, which lives with the states so that both are allocated
+//! once, before any graph is recorded.
+//!
+//! Everything a launch decides (heads per block, keys per tile, splits, shared memory) depends on
+//! the shape alone, never on the context length, so a recorded step stays valid at every length.
 
 use std::sync::PoisonError;
 
@@ -14,24 +20,45 @@ use super::context::{device_error, driver, grid, to_u32};
 use super::memory::CudaTensor;
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
 
-/// Warps per block, sharing one row's keys (`ATTENTION_WARPS` in attention.cu).
-const WARPS: u32 = 8;
-/// The largest head the kernel holds in registers and shared memory (`MAX_HEAD_DIM` in attention.cu).
+/// Warps per block, one per query head it serves (`ATTENTION_WARPS` in attention.cu).
+const WARPS: usize = 8;
+/// Threads per block.
+const THREADS: usize = 32 * WARPS;
+/// The largest head the kernels hold in registers and shared memory (`MAX_HEAD_DIM` in attention.cu).
 pub const MAX_HEAD_DIM: usize = 512;
+/// The largest head of `attention_dim128`, which holds 4 dimensions a lane (`SMALL_HEAD_DIM`).
+const SMALL_HEAD_DIM: usize = 128;
+/// Keys per tile at most: one per lane.
+const MAX_TILE_KEYS: usize = 32;
+/// Elements (float4s, or floats for heads of no multiple of 4) of a tile's keys, and of its
+/// values, each thread copies (`TILE_LOADS` in attention.cu).
+const TILE_LOADS: usize = 4;
+/// Floats of shared memory for a block's queries and one tile's key and value rows: 48 KB, the
+/// most any device grants a block without opting in, less room for the kernel's static variables.
+const SHARED_FLOATS: usize = (48 * 1024 - 256) / 4;
 /// Splits of one row's keys at most.
-const MAX_SPLITS: usize = 32;
+const MAX_SPLITS: usize = 64;
 /// Blocks per SM that a split launch aims for.
 const BLOCKS_PER_SM: usize = 4;
-/// Split states the buffer holds when each is of the largest head.
+/// Split states the buffer holds when each is of the largest head; a state is one query head's.
 const MAX_STATES: usize = 8192;
 /// Floats of the split states: max, sum and output row each.
 const STATES_LEN: usize = MAX_STATES * (MAX_HEAD_DIM + 2);
-/// (row, head) tasks that may be split, each taking two states at least; one counter each.
+/// Tasks that may be split, each taking two states at least; one counter each.
 const SPLIT_TASKS: usize = MAX_STATES / 2;
 /// Floats of the partials buffer, allocated zeroed once with the backend so that recorded graphs
 /// can use it: the split states, then one u32 completion counter per split task. Zeroed f32 bits
 /// are zero counters, and every launch leaves its counters at zero again.
 pub(super) const PARTIALS_LEN: usize = STATES_LEN + SPLIT_TASKS;
+
+// Every head, in the largest chunk, leaves room for a tile of one key at least.
+const _: () = {
+    let mut head_dim = 1;
+    while head_dim <= MAX_HEAD_DIM {
+        assert!(tile_keys(WARPS, head_dim) >= 1);
+        head_dim += 1;
+    }
+};
 
 pub(super) fn attention(
     backend: &CudaBackend,
@@ -48,19 +75,30 @@ pub(super) fn attention(
         let detail = format!("head_dim {} exceeds the CUDA kernel's {MAX_HEAD_DIM}", params.head_dim);
         return Err(BackendError::shape(OP, detail));
     }
-    let tasks = shape::elements(OP, batch.n_rows(), params.n_heads)?;
+    // The shape check makes n_heads a positive multiple of n_kv_heads.
+    let group = params.n_heads / params.n_kv_heads;
+    let heads_per_block = heads_per_block(group);
+    let chunks = group.div_ceil(heads_per_block);
+    let tasks = shape::elements(OP, batch.n_rows(), params.n_kv_heads * chunks)?;
     if tasks == 0 {
         return Ok(());
     }
+    let device = &backend.device;
+    let splits = splits(device.sm_count, tasks, heads_per_block, params.head_dim);
+    let tile_keys = tile_keys(heads_per_block, params.head_dim);
+    let shared_floats =
+        heads_per_block * params.head_dim + tile_keys * (key_stride(params.head_dim) + params.head_dim);
+    to_u32(OP, "tasks", tasks)?;
     let n_sequences = to_u32(OP, "sequences", batch.n_sequences())?;
     let block_size = to_u32(OP, "block_size", batch.block_size())?;
     let n_rows = to_u32(OP, "rows", batch.n_rows())?;
-    to_u32(OP, "rows * heads", tasks)?;
     let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let head_dim = to_u32(OP, "head_dim", params.head_dim)?;
-    let device = &backend.device;
-    let splits = splits(device.sm_count, tasks, params.head_dim);
+    let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
+    let tile_keys = to_u32(OP, "keys per tile", tile_keys)?;
+    let key_stride = to_u32(OP, "key stride", key_stride(params.head_dim))?;
+    let n_splits = to_u32(OP, "splits", splits)?;
     let mut partials = backend.attention_partials.lock().unwrap_or_else(PoisonError::into_inner);
     let (mut states, mut tail) = partials
         .try_split_at_mut(STATES_LEN)
@@ -69,8 +107,8 @@ pub(super) fn attention(
     // kernel reads the tail, as counters.
     let mut counters = unsafe { tail.transmute_mut::<u32>(SPLIT_TASKS) }
         .ok_or_else(|| device_error(OP, "the partials buffer has no room for its counters"))?;
-    let n_splits = to_u32(OP, "splits", splits)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, "attention")?);
+    let kernel = if params.head_dim <= SMALL_HEAD_DIM { "attention_dim128" } else { "attention_dim512" };
+    let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
     launch
         .arg(&q.buf)
         .arg(&k_pool.buf)
@@ -85,26 +123,61 @@ pub(super) fn attention(
         .arg(&n_kv_heads)
         .arg(&head_dim)
         .arg(&params.scale)
+        .arg(&heads_per_block)
+        .arg(&tile_keys)
+        .arg(&key_stride)
         .arg(&n_splits)
         .arg(&mut states)
         .arg(&mut counters)
         .arg(&mut out.buf);
+    let mut config = grid(OP, tasks * splits, to_u32(OP, "threads", THREADS)?)?;
+    config.shared_mem_bytes = to_u32(OP, "shared memory", shared_floats * size_of::<f32>())?;
     // SAFETY: the shape check sizes `q`, `out` and both pools against the batch, whose arrays
-    // come from a validated layout; `splits` keeps tasks * splits states within `states` and,
-    // when it splits, one counter per task within `counters`.
-    unsafe { launch.launch(grid(OP, tasks * splits, 32 * WARPS)?) }.map_err(driver(OP))?;
+    // come from a validated layout; `splits` keeps tasks * splits * heads_per_block states within
+    // `states` and, when it splits, one counter per task within `counters`; the shared memory
+    // holds the queries and a tile as the kernel lays them out, within 48 KB.
+    unsafe { launch.launch(config) }.map_err(driver(OP))?;
     Ok(())
 }
 
-/// Blocks per (row, head): enough for BLOCKS_PER_SM blocks on every SM, within the states buffer
-/// and its counters (a step too large for them is not split). Depends only on the shape, so a
-/// recorded step stays valid at every context length.
-fn splits(sm_count: usize, tasks: usize, head_dim: usize) -> usize {
+/// Query heads per block: the whole group when it has no more heads than a block has warps, else
+/// the group cut into as few even chunks as fit.
+fn heads_per_block(group: usize) -> usize {
+    group.div_ceil(group.div_ceil(WARPS))
+}
+
+/// Floats between consecutive key rows of a tile in shared memory, chosen so that the 32 lanes
+/// each reading their own key row hit distinct banks: an odd stride for rows read a float at a
+/// time, and an odd number of float4s for rows read four floats at a time (when head_dim is a
+/// multiple of 4), whose quarter-warps then each cover all 32 banks.
+const fn key_stride(head_dim: usize) -> usize {
+    if !head_dim.is_multiple_of(4) {
+        head_dim | 1
+    } else if (head_dim / 4).is_multiple_of(2) {
+        head_dim + 4
+    } else {
+        head_dim
+    }
+}
+
+/// Keys per tile: a lane each, or fewer for large heads, so that the tile fits beside the
+/// queries in SHARED_FLOATS and TILE_LOADS elements a thread cover it.
+const fn tile_keys(heads_per_block: usize, head_dim: usize) -> usize {
+    let row_elements = if head_dim.is_multiple_of(4) { head_dim / 4 } else { head_dim };
+    let loaded = TILE_LOADS * THREADS / row_elements;
+    let fit = (SHARED_FLOATS - heads_per_block * head_dim) / (key_stride(head_dim) + head_dim);
+    let keys = if fit < loaded { fit } else { loaded };
+    if keys < MAX_TILE_KEYS { keys } else { MAX_TILE_KEYS }
+}
+
+/// Blocks per task: enough for BLOCKS_PER_SM blocks on every SM, within the states buffer (a
+/// state per query head of the block) and its counters (a step too large for them is not split).
+fn splits(sm_count: usize, tasks: usize, heads_per_block: usize, head_dim: usize) -> usize {
     let tasks = tasks.max(1);
     if tasks > SPLIT_TASKS {
         return 1;
     }
     let wanted = (BLOCKS_PER_SM * sm_count).div_ceil(tasks);
-    let room = STATES_LEN / (tasks * (head_dim + 2));
+    let room = STATES_LEN / (tasks * heads_per_block * (head_dim + 2));
     wanted.min(room).clamp(1, MAX_SPLITS)
 }

@@ -96,7 +96,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "attention.cu",
         code: include_str!("../../../cuda/attention.cu"),
-        kernels: &["attention"],
+        kernels: &["attention_dim128", "attention_dim512"],
     },
     KernelSource { name: "probe.cu", code: include_str!("../../../cuda/probe.cu"), kernels: &["read_probe"] },
     KernelSource {
