@@ -383,8 +383,13 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
         matvec_q8<FMT, ROWS, TILE>(x_q, x_scales, projections, cols, n_rows);                      \
     }
 
+// Four weight rows per block up to four input rows, whose decoded weights and accumulators still
+// leave registers for enough blocks per SM to keep the loads in flight; two rows against tiles of
+// eight beyond.
 #define MATVEC_Q8_KERNELS(SUFFIX, FMT)                                                             \
     MATVEC_Q8_KERNEL(matvec_q8_decode_##SUFFIX, FMT, 4, 1)                                         \
+    MATVEC_Q8_KERNEL(matvec_q8_pair_##SUFFIX, FMT, 4, 2)                                           \
+    MATVEC_Q8_KERNEL(matvec_q8_quad_##SUFFIX, FMT, 4, 4)                                           \
     MATVEC_Q8_KERNEL(matvec_q8_batch_##SUFFIX, FMT, 2, 8)
 
 MATVEC_Q8_KERNELS(q8_0, FMT_Q8_0)

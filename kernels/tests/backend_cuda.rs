@@ -133,7 +133,7 @@ fn matmul_matches_cpu_for_every_supported_type_and_batch() {
     // 37 rows leave a partial block of rows. 256 columns leave warps without a group of blocks,
     // 1280 a partial group (five Q4_K blocks), 5376 more groups than warps (each warp loops);
     // 1030 columns are no whole number of 16-byte loads for the element-wise formats. 3, 5 and 11
-    // input rows leave a partial tile; 70 take the GEMM.
+    // input rows leave a partial tile (2 and 4 fill the small-batch kernels); 70 take the GEMM.
     let rows = 37;
     let element_wise = [GgmlType::F32, GgmlType::F16, GgmlType::Bf16].map(|ty| (ty, 1030));
     let shapes = WEIGHT_TYPES.iter().flat_map(|&ty| [(ty, 256), (ty, 1280), (ty, 5376)]).chain(element_wise);
@@ -141,7 +141,7 @@ fn matmul_matches_cpu_for_every_supported_type_and_batch() {
         let bytes = random_weight(ty, rows, cols, &mut rng);
         let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
         let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
-        for n_rows in [1, 3, 5, 8, 11, 70] {
+        for n_rows in [1, 2, 3, 4, 5, 8, 11, 70] {
             let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
             let mut cpu_out = cpu.zeros(n_rows * rows).unwrap();
             let mut gpu_out = gpu.zeros(n_rows * rows).unwrap();

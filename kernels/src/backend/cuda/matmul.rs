@@ -84,13 +84,33 @@ pub(super) fn matmuls(
     Ok(())
 }
 
-/// The decode and batch kernels of a block-quantized type.
-fn q8_kernels(ty: GgmlType) -> Option<(&'static str, &'static str)> {
+/// The kernels of a block-quantized type, by input rows: one, two, up to four, more.
+fn q8_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
     match ty {
-        GgmlType::Q8_0 => Some(("matvec_q8_decode_q8_0", "matvec_q8_batch_q8_0")),
-        GgmlType::Q4K => Some(("matvec_q8_decode_q4_k", "matvec_q8_batch_q4_k")),
-        GgmlType::Q5K => Some(("matvec_q8_decode_q5_k", "matvec_q8_batch_q5_k")),
-        GgmlType::Q6K => Some(("matvec_q8_decode_q6_k", "matvec_q8_batch_q6_k")),
+        GgmlType::Q8_0 => Some([
+            "matvec_q8_decode_q8_0",
+            "matvec_q8_pair_q8_0",
+            "matvec_q8_quad_q8_0",
+            "matvec_q8_batch_q8_0",
+        ]),
+        GgmlType::Q4K => Some([
+            "matvec_q8_decode_q4_k",
+            "matvec_q8_pair_q4_k",
+            "matvec_q8_quad_q4_k",
+            "matvec_q8_batch_q4_k",
+        ]),
+        GgmlType::Q5K => Some([
+            "matvec_q8_decode_q5_k",
+            "matvec_q8_pair_q5_k",
+            "matvec_q8_quad_q5_k",
+            "matvec_q8_batch_q5_k",
+        ]),
+        GgmlType::Q6K => Some([
+            "matvec_q8_decode_q6_k",
+            "matvec_q8_pair_q6_k",
+            "matvec_q8_quad_q6_k",
+            "matvec_q8_batch_q6_k",
+        ]),
         _ => None,
     }
 }
@@ -105,10 +125,15 @@ fn quantized_matmuls(
 ) -> Result<(), BackendError> {
     let Some(((first, _), _)) = group.split_first() else { return Ok(()) };
     let (ty, cols) = (first.ty, first.cols);
-    let (decode, batch) = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
-    // Decode applies each activation load to four weight rows; batches keep two rows' weights
-    // in registers against a tile of eight input rows.
-    let (kernel, rows_per_block) = if n_rows == 1 { (decode, 4) } else { (batch, 2) };
+    let [one, two, four, more] = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
+    // Up to four input rows, each activation load serves four weight rows; larger batches keep
+    // two rows' weights in registers against tiles of eight input rows (matvec_quant.cu).
+    let (kernel, rows_per_block) = match n_rows {
+        1 => (one, 4),
+        2 => (two, 4),
+        3 | 4 => (four, 4),
+        _ => (more, 2),
+    };
 
     let mut quantized = x.quantized.lock().unwrap_or_else(PoisonError::into_inner);
     let QuantizedCopy { values, scales, valid_for } = &mut *quantized;
