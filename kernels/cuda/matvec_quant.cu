@@ -16,19 +16,6 @@
 // microseconds, as much as streaming a 1024-row projection.
 
 #define QMATVEC_WARPS 4
-#define Q8_BLOCK 32
-#define MAX_PROJECTIONS 3
-
-// Weights multiplied by one input in one launch: blocks first_block[p]..first_block[p + 1] compute
-// rows of weight p (`Projections` in matmul.rs has the same layout).
-struct Projections {
-    const u8 *weight[MAX_PROJECTIONS];
-    float *out[MAX_PROJECTIONS];
-    size_t row_bytes[MAX_PROJECTIONS];
-    u32 rows[MAX_PROJECTIONS];
-    u32 first_block[MAX_PROJECTIONS + 1];
-    u32 count;
-};
 
 // Rows of x as int8 blocks of 32: one group of 8 lanes per block, four columns per lane.
 // `n_blocks` = n_rows * cols / 32.
@@ -57,8 +44,6 @@ extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, flo
         }
     }
 }
-
-__device__ __forceinline__ u32 byte_of(u32 word, int index) { return (word >> (8 * index)) & 0xffu; }
 
 // How a warp's lanes share a format. A group is GROUP_COLS columns of a weight row.
 //   load(row, cols, group, lane, raw)    the lane's weight bytes; false when it has none
@@ -313,25 +298,14 @@ template <int FMT, int ROWS, int TILE>
 __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
                           u32 n_rows) {
     typedef QLanes<FMT> L;
-    // Constant indices only: a runtime index into the parameters would copy them to the stack.
-    const u8 *weight = projections.weight[0];
-    float *out = projections.out[0];
-    size_t row_bytes = projections.row_bytes[0];
-    u32 rows = projections.rows[0];
-    u32 first_block = 0;
-#pragma unroll
-    for (int p = 1; p < MAX_PROJECTIONS; ++p) {
-        if (p < projections.count && blockIdx.x >= projections.first_block[p]) {
-            weight = projections.weight[p];
-            out = projections.out[p];
-            row_bytes = projections.row_bytes[p];
-            rows = projections.rows[p];
-            first_block = projections.first_block[p];
-        }
-    }
+    const Projection projection = projection_of(projections, blockIdx.x);
+    const u8 *weight = projection.weight;
+    float *out = projection.out;
+    const size_t row_bytes = projection.row_bytes;
+    const u32 rows = projection.rows;
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
-    const u32 row0 = (blockIdx.x - first_block) * ROWS;
+    const u32 row0 = projection.block * ROWS;
     const u32 n_groups = (cols + L::GROUP_COLS - 1) / L::GROUP_COLS;
     for (u32 first = 0; first < n_rows; first += TILE) {
         const u32 tile = min((u32)TILE, n_rows - first);

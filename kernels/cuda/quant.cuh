@@ -1,7 +1,8 @@
 // Decoding of the device weight formats in chunks of consecutive elements, shared by embed, the
 // float matrix-vector kernels and the GEMM's f16 decode. A chunk never straddles a scale, so each
 // decodes with one scale (and min) lookup. Rows are GGUF blocks, except Q8_0 and Q6_K, whose rows
-// hold every block's quant bytes first and then every block's f16 scale d (layout.rs).
+// hold every block's quant bytes first and then every block's f16 scale d (layout.rs). The end of
+// the file holds what the two int8 matmul files share: their launch parameters.
 
 #define FMT_F32 0
 #define FMT_F16 1
@@ -138,3 +139,43 @@ template <> struct Format<FMT_Q5_K> {
         }
     }
 };
+
+__device__ __forceinline__ u32 byte_of(u32 word, int index) { return (word >> (8 * index)) & 0xffu; }
+
+// The int8 kernels (matvec_quant.cu, mmq.cu) take activations rounded in blocks of Q8_BLOCK
+// columns, and up to MAX_PROJECTIONS weights of one format applied to the same input per launch.
+#define Q8_BLOCK 32
+#define MAX_PROJECTIONS 3
+
+// Weights multiplied by one input in one launch: blocks first_block[p]..first_block[p + 1] compute
+// rows of weight p (`Projections` in matmul.rs has the same layout).
+struct Projections {
+    const u8 *weight[MAX_PROJECTIONS];
+    float *out[MAX_PROJECTIONS];
+    size_t row_bytes[MAX_PROJECTIONS];
+    u32 rows[MAX_PROJECTIONS];
+    u32 first_block[MAX_PROJECTIONS + 1];
+    u32 count;
+};
+
+// The weight a block computes rows of, and the block's index among that weight's blocks.
+struct Projection {
+    const u8 *weight;
+    float *out;
+    size_t row_bytes;
+    u32 rows;
+    u32 block;
+};
+
+__device__ __forceinline__ Projection projection_of(const Projections &projections, u32 block) {
+    // Constant indices only: a runtime index into the parameters would copy them to the stack.
+    Projection p = {projections.weight[0], projections.out[0], projections.row_bytes[0], projections.rows[0], block};
+#pragma unroll
+    for (int i = 1; i < MAX_PROJECTIONS; ++i) {
+        if (i < projections.count && block >= projections.first_block[i]) {
+            p = {projections.weight[i], projections.out[i], projections.row_bytes[i], projections.rows[i],
+                 block - projections.first_block[i]};
+        }
+    }
+    return p;
+}

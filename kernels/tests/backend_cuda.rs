@@ -3,11 +3,13 @@
 //! Each check prints `parity <op>: max error <e> (tolerance <t>)`, the error being
 //! `max |cuda - cpu| / max(1, max |cpu|)`. Tolerances: exact (0) for pure data movement and for
 //! embedding lookups, which decode identically; below 16 input rows, 2e-5 for matmul of the
-//! element-wise formats (same values, different summation order over up to 5376 terms) and 2e-2
-//! for the block-quantized ones, whose kernels round the activations to int8 in blocks of 32
-//! (up to max|x| / 254 per element; 1.2e-2 measured on an H200, the worst of about 100 shapes);
-//! from 16 rows the cuBLAS GEMM rounds activations (and decoded weights) to f16, or to bf16 for bf16
-//! weights: 2e-3, 1e-2 for bf16, 2e-5 for f32 weights (an f32 GEMM); 1e-5 for norms and attention;
+//! element-wise formats (same values, different summation order over up to 5376 terms); up to 64
+//! rows, 2e-2 for the block-quantized ones, whose kernels (the dp4a matrix-vector kernels below 16
+//! rows, the int8 tensor-core kernels of mmq.cu from 16 to 64) round the activations to int8 in
+//! blocks of 32 (up to max|x| / 254 per element; 1.2e-2 measured on an H200 for the dp4a kernels,
+//! the worst of about 100 shapes); beyond that the cuBLAS GEMM rounds activations (and decoded
+//! weights) to f16, or to bf16 for bf16 weights, as it does from 16 rows for the element-wise
+//! formats: 2e-3, 1e-2 for bf16, 2e-5 for f32 weights (an f32 GEMM); 1e-5 for norms and attention;
 //! 2e-6 for elementwise ops and softmax (expf within 2 ulp); 1e-4 for RoPE at positions up to
 //! 4096 (an ulp of difference in `theta^x` turns into up to 4096 ulps of angle; 3.5e-6 measured
 //! on an H200).
@@ -154,16 +156,54 @@ fn matmul_matches_cpu_for_every_supported_type_and_batch() {
     }
 }
 
-/// See the module docs: the block-quantized kernels round activations to int8; batches of 16 rows
-/// or more take the tensor-core GEMM, whose operands are rounded to 16 bits.
+/// See the module docs: the block-quantized kernels round activations to int8 up to 64 rows;
+/// larger batches, and batches of 16 rows or more of the element-wise formats, take the
+/// tensor-core GEMM, whose operands are rounded to 16 bits.
 fn matmul_tolerance(ty: GgmlType, n_rows: usize) -> f32 {
     let element_wise = matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16);
     match ty {
         _ if n_rows < 16 && element_wise => 2e-5,
-        _ if n_rows < 16 => 2e-2,
+        _ if n_rows <= 64 && !element_wise => 2e-2,
         GgmlType::F32 => 2e-5,
         GgmlType::Bf16 => 1e-2,
         _ => 2e-3,
+    }
+}
+
+/// Verify-sized batches of the block-quantized formats take the int8 tensor-core kernels (mmq.cu).
+/// 37 and 100 weight rows leave part of a 64-row tile empty; 256 columns are one group of the K
+/// loop, 1280 five (K not split), 5376 twenty-one (split five ways, the last split shorter) and
+/// 12800 fifty (split twelve ways by five groups, the last two splits empty, on all but the
+/// smallest GPUs); 16, 23, 32 and 64 input rows fill or leave part of the tiles of 16, 24, 32 and
+/// 64.
+#[test]
+fn verify_batches_match_cpu_for_every_quantized_type() {
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(12);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        for (rows, cols) in
+            [37, 100].into_iter().flat_map(|rows| [256, 1280, 5376, 12800].map(|cols| (rows, cols)))
+        {
+            let bytes = random_weight(ty, rows, cols, &mut rng);
+            let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
+            let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
+            for n_rows in [16, 23, 32, 64] {
+                let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
+                let mut cpu_out = cpu.zeros(n_rows * rows).unwrap();
+                let mut gpu_out = gpu.zeros(n_rows * rows).unwrap();
+                cpu.matmul(&cpu.upload(&x).unwrap(), &cpu_weight, n_rows, &mut cpu_out).unwrap();
+                gpu.matmul(&gpu.upload(&x).unwrap(), &gpu_weight, n_rows, &mut gpu_out).unwrap();
+                let n = n_rows * rows;
+                let label = format!("matmul {ty} {rows}x{cols} by {n_rows}");
+                check(
+                    &label,
+                    &fetch(gpu, &gpu_out, n),
+                    &fetch(&cpu, &cpu_out, n),
+                    matmul_tolerance(ty, n_rows),
+                );
+            }
+        }
     }
 }
 
@@ -508,7 +548,9 @@ fn construction_without_a_driver_is_an_error_not_a_panic() {
 
 /// The int8 copy a quantized matmul keeps of its input must not outlive the input's contents:
 /// neither when an op rewrites the input between two matmuls, nor across graph replays, whose
-/// ops the host never sees.
+/// ops the host never sees. The batch of 23 rows takes the int8 tensor-core kernel with K split in
+/// two (eight groups of 256 columns), whose arrival counters must be back at zero after every
+/// launch and replay.
 #[test]
 fn quantized_matmul_requantizes_a_rewritten_input() {
     /// `x = rms_norm(src)`, then `out = x · wᵀ`.
@@ -546,37 +588,38 @@ fn quantized_matmul_requantizes_a_rewritten_input() {
     let Some(gpu) = cuda() else { return };
     let cpu = CpuBackend::new();
     let mut rng = Rng::new(9);
-    let (ty, rows, cols, n_rows) = (GgmlType::Q4K, 64, 512, 2);
-    let n = n_rows * cols;
-    let bytes = random_weight(ty, rows, cols, &mut rng);
-    let norm = gaussian_row(cols, 1.0, &mut rng);
-    let source = gaussian_row(n, 1.0, &mut rng);
-    let mut on_cpu = Step::new(&cpu, &source, &norm, (ty, rows, cols, &bytes));
-    let mut on_gpu = Step::new(gpu, &source, &norm, (ty, rows, cols, &bytes));
-    let mut compare = |label: &str, on_gpu: &mut Step<CudaBackend>, replay: Option<&CudaGraphExec>| {
-        let delta = gaussian_row(n, 1.0, &mut rng);
-        on_cpu.shift_source(&cpu, &delta);
-        on_gpu.shift_source(gpu, &delta);
-        on_cpu.run(&cpu, n_rows).unwrap();
-        match replay {
-            Some(graph) => gpu.replay(graph).unwrap(),
-            None => on_gpu.run(gpu, n_rows).unwrap(),
-        }
-        let len = n_rows * rows;
-        check(
-            label,
-            &fetch(gpu, &on_gpu.out, len),
-            &fetch(&cpu, &on_cpu.out, len),
-            matmul_tolerance(ty, n_rows),
-        );
-    };
-    compare("matmul after its input was rewritten, 1", &mut on_gpu, None);
-    compare("matmul after its input was rewritten, 2", &mut on_gpu, None);
-    // The graph's matmul must quantize what the graph's norm writes at each replay.
-    let graph = gpu.record(|| on_gpu.run(gpu, n_rows)).unwrap().unwrap();
-    compare("replayed matmul, 1", &mut on_gpu, Some(&graph));
-    compare("replayed matmul, 2", &mut on_gpu, Some(&graph));
-    compare("matmul after replays", &mut on_gpu, None);
+    for (ty, rows, cols, n_rows) in [(GgmlType::Q4K, 64, 512, 2), (GgmlType::Q4K, 100, 2048, 23)] {
+        let n = n_rows * cols;
+        let bytes = random_weight(ty, rows, cols, &mut rng);
+        let norm = gaussian_row(cols, 1.0, &mut rng);
+        let source = gaussian_row(n, 1.0, &mut rng);
+        let mut on_cpu = Step::new(&cpu, &source, &norm, (ty, rows, cols, &bytes));
+        let mut on_gpu = Step::new(gpu, &source, &norm, (ty, rows, cols, &bytes));
+        let mut compare = |label: &str, on_gpu: &mut Step<CudaBackend>, replay: Option<&CudaGraphExec>| {
+            let delta = gaussian_row(n, 1.0, &mut rng);
+            on_cpu.shift_source(&cpu, &delta);
+            on_gpu.shift_source(gpu, &delta);
+            on_cpu.run(&cpu, n_rows).unwrap();
+            match replay {
+                Some(graph) => gpu.replay(graph).unwrap(),
+                None => on_gpu.run(gpu, n_rows).unwrap(),
+            }
+            let len = n_rows * rows;
+            check(
+                label,
+                &fetch(gpu, &on_gpu.out, len),
+                &fetch(&cpu, &on_cpu.out, len),
+                matmul_tolerance(ty, n_rows),
+            );
+        };
+        compare("matmul after its input was rewritten, 1", &mut on_gpu, None);
+        compare("matmul after its input was rewritten, 2", &mut on_gpu, None);
+        // The graph's matmul must quantize what the graph's norm writes at each replay.
+        let graph = gpu.record(|| on_gpu.run(gpu, n_rows)).unwrap().unwrap();
+        compare("replayed matmul, 1", &mut on_gpu, Some(&graph));
+        compare("replayed matmul, 2", &mut on_gpu, Some(&graph));
+        compare("matmul after replays", &mut on_gpu, None);
+    }
 }
 
 /// Projections of one input by several weights: runs of one quantized type share a launch (up to
@@ -586,7 +629,8 @@ fn matmuls_match_cpu_per_projection() {
     let Some(gpu) = cuda() else { return };
     let cpu = CpuBackend::new();
     let mut rng = Rng::new(11);
-    let cols = 1280;
+    // Ten groups of 256 columns: the int8 tensor-core kernels split K in two.
+    let cols = 2560;
     let weights = [
         (GgmlType::Q4K, 37),
         (GgmlType::Q4K, 64),
@@ -608,7 +652,8 @@ fn matmuls_match_cpu_per_projection() {
             )
         })
         .collect();
-    for n_rows in [1, 5, 70] {
+    // 23 rows take the int8 tensor-core kernels for the quantized weights, cuBLAS for the F16 one.
+    for n_rows in [1, 5, 23, 70] {
         let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
         let (cpu_x, gpu_x) = (cpu.upload(&x).unwrap(), gpu.upload(&x).unwrap());
         let mut outs: Vec<_> = weights.iter().map(|&(_, rows)| gpu.zeros(n_rows * rows).unwrap()).collect();

@@ -34,14 +34,14 @@ if has parity; then
     same_ids models/testdata/models/qwen3-tiny-f32.gguf "Hello there" 24 | tee -a "$out/ids.txt"
     if command -v cuobjdump >/dev/null; then
         for cubin in "$CANOPY_KERNEL_CACHE"/*; do cuobjdump -res-usage "$cubin" 2>/dev/null; done >"$out/resources.txt"
-        grep -A1 "matvec_decode_q4_k\|matvec_batch_q4_k\|matvec_decode_q6_k" "$out/resources.txt" | grep -o "REG:[0-9]*\|STACK:[0-9]*\|LOCAL:[0-9]*" | tr '\n' ' '; echo
+        grep -A1 "matvec_decode_q4_k\|matvec_batch_q4_k\|matvec_decode_q6_k\|mmq_q4_k_24\|mmq_q6_k_24" "$out/resources.txt" | grep -o "REG:[0-9]*\|STACK:[0-9]*\|LOCAL:[0-9]*" | tr '\n' ' '; echo
     fi
 fi
 if has small; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
     same_ids "$models/q06.gguf" "The quick brown fox" 32 | tee -a "$out/ids.txt"
     "$bin/canopy" bench "$models/q06.gguf" --backend cuda --long --repetitions 5 2>&1 | tee "$out/bench-q06.txt"
-    CANOPY_CUDA_GEMM_MIN_ROWS=2 "$bin/canopy" bench "$models/q06.gguf" --backend cuda --decode 0 \
+    CANOPY_CUDA_GEMM_MIN_ROWS=2 CANOPY_CUDA_MMQ_MIN_ROWS=65 "$bin/canopy" bench "$models/q06.gguf" --backend cuda --decode 0 \
         --forward 2,4,8,16,23,32,64 --repetitions 5 2>&1 | tee "$out/bench-q06-gemm.txt"
 fi
 if has 8b; then
@@ -50,7 +50,7 @@ if has 8b; then
     echo "synth 8b: $(( $(date +%s) - start )) s"
     same_ids "$models/q8b.gguf" "The quick brown fox" 16 | tee -a "$out/ids.txt"
     "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 3 2>&1 | tee "$out/bench-q8b.txt"
-    CANOPY_CUDA_GEMM_MIN_ROWS=2 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
+    CANOPY_CUDA_GEMM_MIN_ROWS=2 CANOPY_CUDA_MMQ_MIN_ROWS=65 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
         --forward 2,4,8,16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-q8b-gemm.txt"
 fi
 if has verify; then

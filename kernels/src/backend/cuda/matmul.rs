@@ -3,9 +3,11 @@
 //! Block-quantized weights (Q8_0, Q4_K, Q5_K, Q6_K) take the int8 kernels of matvec_quant.cu:
 //! `quantize_q8` rounds `x` to int8 blocks of 32 into a copy kept with the tensor (reused until
 //! the tensor is written again), then dp4a dot products read each weight byte once; up to three
-//! weights of one type applied to the same input share a launch. Element-wise weights (F32, F16,
-//! BF16) take the float kernels of matvec_float.cu. Both have a decode kernel that applies each
-//! activation load to four weight rows and a batch kernel for more than one input row.
+//! weights of one type applied to the same input share a launch. Verify-sized batches (16 to 64
+//! rows, see mmq.rs) take the tensor-core kernels of mmq.cu on the same int8 copy instead.
+//! Element-wise weights (F32, F16, BF16) take the float kernels of matvec_float.cu. The int8 and
+//! the float matrix-vector kernels each have a decode kernel that applies each activation load to
+//! four weight rows and a batch kernel for more than one input row.
 
 use std::sync::PoisonError;
 
@@ -13,6 +15,7 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKern
 
 use super::context::{Device, driver, per_element, to_u32};
 use super::memory::{CudaTensor, CudaWeight, QuantizedCopy};
+use super::mmq::{self, Mmq};
 use crate::backend::{BackendError, shape};
 use crate::quant::GgmlType;
 
@@ -26,10 +29,10 @@ const LANES_PER_Q8_BLOCK: usize = 8;
 /// Weights the int8 kernels multiply by one input in one launch (`MAX_PROJECTIONS`).
 const MAX_PROJECTIONS: usize = 3;
 
-/// The kernels' `Projections` (matvec_quant.cu), field for field.
+/// The kernels' `Projections` (quant.cuh), field for field.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Projections {
+pub(super) struct Projections {
     weight: [u64; MAX_PROJECTIONS],
     out: [u64; MAX_PROJECTIONS],
     row_bytes: [u64; MAX_PROJECTIONS],
@@ -52,13 +55,15 @@ struct FloatKernel {
 
 /// `out = x · weightᵀ` for each projection: runs of block-quantized weights of one type share a
 /// launch (and the int8 copy of `x`); element-wise weights take one launch each. `epoch` is the
-/// backend's: an int8 copy of `x` made in an earlier epoch is never reused.
+/// backend's: an int8 copy of `x` made in an earlier epoch is never reused. `mmq`, when given,
+/// takes the batches it covers.
 pub(super) fn matmuls(
     device: &Device,
     epoch: u64,
     x: &CudaTensor,
     n_rows: usize,
     projections: &mut [(&CudaWeight, &mut CudaTensor)],
+    mmq: Option<&Mmq>,
 ) -> Result<(), BackendError> {
     for (weight, out) in projections.iter() {
         shape::matmul(x, *weight, n_rows, &**out)?;
@@ -77,7 +82,7 @@ pub(super) fn matmuls(
         let (group, tail) = rest.split_at_mut(run);
         match group {
             [(weight, out)] if q8_kernels(ty).is_none() => float_matmul(device, x, weight, n_rows, out)?,
-            _ => quantized_matmuls(device, epoch, x, n_rows, group)?,
+            _ => quantized_matmuls(device, epoch, x, n_rows, group, mmq)?,
         }
         rest = tail;
     }
@@ -122,17 +127,19 @@ fn quantized_matmuls(
     x: &CudaTensor,
     n_rows: usize,
     group: &mut [(&CudaWeight, &mut CudaTensor)],
+    mmq: Option<&Mmq>,
 ) -> Result<(), BackendError> {
     let Some(((first, _), _)) = group.split_first() else { return Ok(()) };
     let (ty, cols) = (first.ty, first.cols);
     let [one, two, four, more] = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
+    let mmq = mmq.filter(|mmq| mmq.covers(n_rows) && mmq::supports(ty, cols));
     // Up to four input rows, each activation load serves four weight rows; larger batches keep
-    // two rows' weights in registers against tiles of eight input rows (matvec_quant.cu).
-    let (kernel, rows_per_block) = match n_rows {
-        1 => (one, 4),
-        2 => (two, 4),
-        3 | 4 => (four, 4),
-        _ => (more, 2),
+    // two rows' weights in registers against tiles of eight input rows (matvec_quant.cu); mmq
+    // blocks take a tile of weight rows by every input row.
+    let rows_per_block = match (mmq, n_rows) {
+        (Some(_), _) => mmq::TILE_ROWS,
+        (None, 1..=4) => 4,
+        (None, _) => 2,
     };
 
     let mut quantized = x.quantized.lock().unwrap_or_else(PoisonError::into_inner);
@@ -174,16 +181,27 @@ fn quantized_matmuls(
     if blocks == 0 {
         return Ok(());
     }
-    let config =
-        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };
-    let cols = to_u32(OP, "weight cols", cols)?;
-    let n_rows = to_u32(OP, "n_rows", n_rows)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
-    launch.arg(&*values).arg(&*scales).arg(&projections).arg(&cols).arg(&n_rows);
-    // SAFETY: the copy holds the quantized `x`; each weight holds `rows * row_bytes` bytes in the
-    // layout of layout.rs, whose rows the kernels read with aligned loads, and each output holds
-    // n_rows * rows floats (shape-checked). The guards keep every pointer's buffer borrowed.
-    unsafe { launch.launch(config) }.map_err(driver(OP))?;
+    if let Some(mmq) = mmq {
+        mmq.launch(device, ty, (values, scales), &projections, blocks, cols, n_rows)?;
+    } else {
+        let kernel = match n_rows {
+            1 => one,
+            2 => two,
+            3 | 4 => four,
+            _ => more,
+        };
+        let config =
+            LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };
+        let cols = to_u32(OP, "weight cols", cols)?;
+        let n_rows = to_u32(OP, "n_rows", n_rows)?;
+        let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+        launch.arg(&*values).arg(&*scales).arg(&projections).arg(&cols).arg(&n_rows);
+        // SAFETY: the copy holds the quantized `x`; each weight holds `rows * row_bytes` bytes in
+        // the layout of layout.rs, whose rows the kernels read with aligned loads, and each output
+        // holds n_rows * rows floats (shape-checked).
+        unsafe { launch.launch(config) }.map_err(driver(OP))?;
+    }
+    // The guards kept every pointer's buffer borrowed until the launch was queued.
     drop(guards);
     Ok(())
 }

@@ -8,10 +8,13 @@
 //! Weights stay in their GGUF block format on the device (Q8_0 and Q6_K rows with their scales
 //! moved to the row's end, see layout.rs). Matmuls of fewer than 16 input rows (decode and small
 //! tree verifies) run matrix-vector kernels that read each weight byte once, with the activations
-//! rounded to int8 for the block-quantized formats; larger batches run through cuBLAS on the
-//! tensor cores (f16 operands) when the library is present.
-//! `CANOPY_CUDA_GEMM_MIN_ROWS` moves that threshold, for tuning. Embedding and matmul support
-//! F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K; other types are [`BackendError::Unsupported`] at upload.
+//! rounded to int8 for the block-quantized formats. Verify-sized batches of 16 to 64 rows of
+//! block-quantized weights run int8 tensor-core kernels on the same int8 activations, which also
+//! read each weight byte once (mmq.rs; sm_80 and later). Other batches from 16 rows run through
+//! cuBLAS on the tensor cores (f16 operands) when the library is present.
+//! `CANOPY_CUDA_MMQ_MIN_ROWS` and `CANOPY_CUDA_GEMM_MIN_ROWS` move those thresholds, for tuning.
+//! Embedding and matmul support F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K; other types are
+//! [`BackendError::Unsupported`] at upload.
 //!
 //! Index arrays live on the device, so out-of-range ids, slots or rows are not reported as
 //! [`BackendError::Index`]: the kernels skip them and never read or write out of bounds.
@@ -28,6 +31,7 @@ mod graph;
 mod layout;
 mod matmul;
 mod memory;
+mod mmq;
 mod norm;
 mod probe;
 mod rope;
@@ -54,6 +58,7 @@ use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
 use crate::quant::GgmlType;
 use context::Device;
 use gemm::Gemm;
+use mmq::Mmq;
 
 /// One CUDA device. Ops go to one stream in submission order; host-side results are complete
 /// when the call returns.
@@ -63,6 +68,9 @@ pub struct CudaBackend {
     gemm: Option<Gemm>,
     /// The smallest batch that takes the GEMM.
     gemm_min_rows: usize,
+    /// Tensor-core int8 kernels for verify-sized batches of block-quantized weights; absent
+    /// before sm_80.
+    mmq: Option<Mmq>,
     /// Softmax states of attention rows split across blocks (see attention.rs).
     attention_partials: Mutex<CudaSlice<f32>>,
     /// Bumped whenever device data may have changed without the ops below seeing it (a graph
@@ -76,11 +84,13 @@ impl CudaBackend {
     pub fn new(ordinal: usize) -> Result<Self, CudaError> {
         let device = Device::open(ordinal)?;
         let gemm = Gemm::open(&device);
+        let mmq = Mmq::new(&device);
         let attention_partials = Mutex::new(device.stream.alloc_zeros::<f32>(attention::PARTIALS_LEN)?);
         Ok(Self {
             device,
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
+            mmq,
             attention_partials,
             epoch: AtomicU64::new(0),
             name: format!("cuda:{ordinal}"),
@@ -223,18 +233,25 @@ impl Backend for CudaBackend {
             out.invalidate_quantized();
         }
         let epoch = self.epoch.load(Ordering::Relaxed);
+        let mmq = self.mmq.as_ref().filter(|mmq| mmq.covers(n_rows));
         match &self.gemm {
             Some(gemm) if n_rows >= self.gemm_min_rows => {
-                projections.iter_mut().try_for_each(|(weight, out)| {
+                // The weights mmq takes stay together, so that runs of one type share a launch.
+                let (mut int8, rest): (Vec<_>, Vec<_>) = projections
+                    .iter_mut()
+                    .map(|(weight, out)| (*weight, &mut **out))
+                    .partition(|(weight, _)| mmq.is_some() && mmq::supports(weight.ty, weight.cols));
+                matmul::matmuls(&self.device, epoch, x, n_rows, &mut int8, mmq)?;
+                rest.into_iter().try_for_each(|(weight, out)| {
                     if Gemm::supports(weight.ty) {
-                        super::shape::matmul(x, *weight, n_rows, &**out)?;
+                        super::shape::matmul(x, weight, n_rows, &*out)?;
                         gemm.matmul(&self.device, x, weight, n_rows, out)
                     } else {
-                        matmul::matmuls(&self.device, epoch, x, n_rows, &mut [(*weight, &mut **out)])
+                        matmul::matmuls(&self.device, epoch, x, n_rows, &mut [(weight, out)], mmq)
                     }
                 })
             }
-            _ => matmul::matmuls(&self.device, epoch, x, n_rows, projections),
+            _ => matmul::matmuls(&self.device, epoch, x, n_rows, projections, mmq),
         }
     }
 

@@ -1,0 +1,200 @@
+//! The tensor-core int8 matmul of mmq.cu, for verify-sized batches of block-quantized weights.
+//!
+//! A block computes [`TILE_ROWS`] weight rows by every input row (up to [`MAX_ROWS`]; the kernel
+//! for the smallest input-row tile that holds the batch), so each weight byte is read once. A
+//! weight of few rows makes few such blocks, so K is also split over `grid.y` until the launch
+//! has about [`BLOCKS_PER_SM`] blocks per multiprocessor; the splits' partial tiles go to a
+//! scratch buffer and the last split of each tile to finish adds them up (see mmq.cu).
+//!
+//! Batches from 16 rows (`$CANOPY_CUDA_MMQ_MIN_ROWS`, see [`Mmq::new`]) to 64 of Q8_0, Q4_K,
+//! Q5_K and Q6_K weights take it on sm_80 and later devices; rows must be whole groups of
+//! [`GROUP_COLS`] columns (always so for the K-quants).
+
+use std::sync::{Mutex, PoisonError};
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::context::{Device, device_error, driver, to_u32};
+use super::matmul::Projections;
+use super::memory::ScratchBuffer;
+use crate::backend::BackendError;
+use crate::quant::GgmlType;
+
+const OP: &str = "matmul";
+/// The largest batch the kernels take.
+pub(super) const MAX_ROWS: usize = 64;
+/// The smallest batch that takes them by default: below it the dp4a batch kernel reads the
+/// weights once too, without the tile's unused input rows.
+const DEFAULT_MIN_ROWS: usize = 16;
+/// Weight rows per block (`MMQ_ROWS`).
+pub(super) const TILE_ROWS: usize = 64;
+/// Columns per step of the kernels' K loop (`MMQ_GROUP_COLS`).
+const GROUP_COLS: usize = 256;
+/// Threads per block (`MMQ_THREADS`).
+const THREADS: u32 = 128;
+/// The input-row tiles there are kernels for, smallest first.
+const TILES: [usize; 5] = [16, 24, 32, 48, 64];
+/// K is split until the launch has this many blocks per multiprocessor: the kernel holds up to
+/// 189 registers a thread (two or three blocks resident), so this is about two waves. A guess,
+/// not yet tuned on a device.
+const BLOCKS_PER_SM: usize = 4;
+/// Each split covers at least this many groups, so that its prologue (first loads) and partial
+/// tile stay small against its work.
+const MIN_GROUPS_PER_SPLIT: usize = 4;
+
+/// The kernels' configuration and the split-K scratch they share.
+pub(super) struct Mmq {
+    min_rows: usize,
+    scratch: Mutex<SplitScratch>,
+}
+
+#[derive(Default)]
+struct SplitScratch {
+    /// Partial tiles of the splits: contents unspecified between launches.
+    partials: ScratchBuffer<f32>,
+    /// One arrival counter per tile, zero between launches.
+    arrivals: Counters,
+}
+
+/// A grow-only buffer of counters that is zero when allocated; the kernels leave it zero. Like
+/// [`ScratchBuffer`], it retires rather than frees what it outgrows, which recorded graphs may use.
+#[derive(Default)]
+struct Counters {
+    current: Option<CudaSlice<u32>>,
+    retired: Vec<CudaSlice<u32>>,
+}
+
+impl Counters {
+    fn at_least(&mut self, device: &Device, len: usize) -> Result<&mut CudaSlice<u32>, BackendError> {
+        if self.current.as_ref().is_none_or(|buf| buf.len() < len) {
+            let larger = device.stream.alloc_zeros::<u32>(len.max(1)).map_err(driver(OP))?;
+            self.retired.extend(self.current.replace(larger));
+        }
+        self.current.as_mut().ok_or_else(|| device_error(OP, "no counters after allocation"))
+    }
+}
+
+impl Mmq {
+    /// The kernels for `device`, or `None` before sm_80 (no int8 mma.sync or cp.async). Batches of
+    /// `$CANOPY_CUDA_MMQ_MIN_ROWS` rows (when set to a positive number, for tuning; above 64 it
+    /// turns the kernels off) to 64 take them, else [`DEFAULT_MIN_ROWS`] to 64.
+    pub fn new(device: &Device) -> Option<Self> {
+        let sm = device.arch.strip_prefix("sm_")?.parse::<u32>().ok()?;
+        if sm < 80 {
+            return None;
+        }
+        let min_rows = std::env::var("CANOPY_CUDA_MMQ_MIN_ROWS")
+            .ok()
+            .and_then(|value| value.trim().parse().ok())
+            .filter(|&rows| rows > 0)
+            .unwrap_or(DEFAULT_MIN_ROWS);
+        Some(Self { min_rows, scratch: Mutex::default() })
+    }
+
+    /// Whether a batch of `n_rows` takes the kernels (for the weights [`supports`]).
+    pub fn covers(&self, n_rows: usize) -> bool {
+        (self.min_rows..=MAX_ROWS).contains(&n_rows)
+    }
+
+    /// `out = x · weightᵀ` for the projections (their blocks of [`TILE_ROWS`] rows numbered
+    /// consecutively, `tiles` in all), shapes checked by the caller. `values` and `scales` are
+    /// `x` rounded by `quantize_q8`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        device: &Device,
+        ty: GgmlType,
+        (values, scales): (&CudaSlice<u8>, &CudaSlice<f32>),
+        projections: &Projections,
+        tiles: u32,
+        cols: usize,
+        n_rows: usize,
+    ) -> Result<(), BackendError> {
+        let tile = TILES.into_iter().find(|&tile| tile >= n_rows).ok_or_else(|| {
+            BackendError::shape(OP, format!("{n_rows} input rows exceed the {MAX_ROWS} of the mmq kernels"))
+        })?;
+        let kernel = kernel(ty, tile).ok_or(BackendError::Unsupported { op: OP, ty })?;
+        let n_groups = cols / GROUP_COLS;
+        let wanted = (BLOCKS_PER_SM * device.sm_count).div_ceil(tiles as usize);
+        let splits = wanted.clamp(1, (n_groups / MIN_GROUPS_PER_SPLIT).max(1));
+
+        let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
+        let SplitScratch { partials, arrivals } = &mut *scratch;
+        // Without a split the kernel writes the output directly and touches neither buffer.
+        let (partials_len, arrivals_len) =
+            if splits > 1 { (tiles as usize * splits * TILE_ROWS * tile, tiles as usize) } else { (1, 1) };
+        let partials = partials.at_least(device, OP, partials_len)?;
+        let arrivals = arrivals.at_least(device, arrivals_len)?;
+
+        let config = LaunchConfig {
+            grid_dim: (tiles, to_u32(OP, "K splits", splits)?, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let cols = to_u32(OP, "weight cols", cols)?;
+        let n_rows = to_u32(OP, "n_rows", n_rows)?;
+        let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+        launch
+            .arg(values)
+            .arg(scales)
+            .arg(projections)
+            .arg(&cols)
+            .arg(&n_rows)
+            .arg(&mut *partials)
+            .arg(&mut *arrivals);
+        // SAFETY: the copy holds `x` quantized (n_rows * cols values, two floats per 32 of them);
+        // the projections address weights of `rows * row_bytes` bytes in the layout of layout.rs
+        // and outputs of n_rows * rows floats, their blocks numbered 0..tiles; `cols` is whole
+        // groups (`supports`) and n_rows at most the kernel's tile. With splits, the scratch holds
+        // every tile's partials and a zero counter per tile.
+        unsafe { launch.launch(config) }.map_err(driver(OP))?;
+        Ok(())
+    }
+}
+
+/// Whether the kernels take weights of type `ty` with `cols` columns.
+pub(super) fn supports(ty: GgmlType, cols: usize) -> bool {
+    kernel(ty, MAX_ROWS).is_some() && cols.is_multiple_of(GROUP_COLS)
+}
+
+/// The kernel of a weight type for an input-row tile of [`TILES`].
+fn kernel(ty: GgmlType, tile: usize) -> Option<&'static str> {
+    let names = match ty {
+        GgmlType::Q8_0 => ["mmq_q8_0_16", "mmq_q8_0_24", "mmq_q8_0_32", "mmq_q8_0_48", "mmq_q8_0_64"],
+        GgmlType::Q4K => ["mmq_q4_k_16", "mmq_q4_k_24", "mmq_q4_k_32", "mmq_q4_k_48", "mmq_q4_k_64"],
+        GgmlType::Q5K => ["mmq_q5_k_16", "mmq_q5_k_24", "mmq_q5_k_32", "mmq_q5_k_48", "mmq_q5_k_64"],
+        GgmlType::Q6K => ["mmq_q6_k_16", "mmq_q6_k_24", "mmq_q6_k_32", "mmq_q6_k_48", "mmq_q6_k_64"],
+        _ => return None,
+    };
+    TILES.iter().position(|&t| t == tile).map(|index| names[index])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tile_of_every_format_has_a_kernel_listed_in_the_sources() {
+        let listed: Vec<&str> = super::super::sources::KERNEL_SOURCES
+            .iter()
+            .filter(|source| source.name == "mmq.cu")
+            .flat_map(|source| source.kernels.iter().copied())
+            .collect();
+        for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+            for tile in TILES {
+                let name = kernel(ty, tile).unwrap();
+                assert!(listed.contains(&name), "{name}");
+            }
+        }
+        assert_eq!(kernel(GgmlType::F16, 16), None);
+        assert_eq!(kernel(GgmlType::Q4K, 20), None);
+    }
+
+    #[test]
+    fn rows_must_be_whole_groups() {
+        assert!(supports(GgmlType::Q4K, 1280));
+        assert!(supports(GgmlType::Q8_0, 512));
+        assert!(!supports(GgmlType::Q8_0, 288));
+        assert!(!supports(GgmlType::Bf16, 512));
+    }
+}
