@@ -61,6 +61,7 @@ extern "C" __global__ void attention(const float *q, const float *k_pool, const 
                                      const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,
                                      u32 n_kv_heads, u32 head_dim, float scale, u32 n_splits,
                                      float *partials, u32 *counters, float *out) {
+    wait_for_previous_kernel();
     __shared__ float q_shared[MAX_HEAD_DIM];
     __shared__ float max_shared[ATTENTION_WARPS];
     __shared__ float sum_shared[ATTENTION_WARPS];

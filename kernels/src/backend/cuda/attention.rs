@@ -7,8 +7,6 @@
 
 use std::sync::PoisonError;
 
-use cudarc::driver::PushKernelArg;
-
 use super::CudaBackend;
 use super::context::{device_error, driver, grid, to_u32};
 use super::memory::CudaTensor;
@@ -70,7 +68,7 @@ pub(super) fn attention(
     let mut counters = unsafe { tail.transmute_mut::<u32>(SPLIT_TASKS) }
         .ok_or_else(|| device_error(OP, "the partials buffer has no room for its counters"))?;
     let n_splits = to_u32(OP, "splits", splits)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, "attention")?);
+    let mut launch = device.launch(OP, "attention")?;
     launch
         .arg(&q.buf)
         .arg(&k_pool.buf)
