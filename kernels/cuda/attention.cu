@@ -333,6 +333,7 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
 // One block's work, for heads of up to DIMS * 32 dimensions.
 template <int DIMS>
 __device__ void attend_block(ATTENTION_PARAMS) {
+    wait_for_previous_kernel();
     extern __shared__ float4 shared_rows[];
     __shared__ bool merges;
 

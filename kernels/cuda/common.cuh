@@ -10,6 +10,15 @@ typedef unsigned long long u64;
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 
+// Kernels are launched with programmatic dependent launch (context.rs): one may start while the
+// kernel before it drains, so every kernel first waits until that one's writes are visible. The
+// wait returns at once when there is no such dependency (PDL off, or a GPU before sm_90).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // NVRTC has no <math.h>.
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)

@@ -9,6 +9,7 @@
 // in 32 bits.
 template <int FMT>
 __device__ void dequantize_f16(const u8 *weight, size_t row_bytes, u32 rows, u32 cols, u16 *out) {
+    wait_for_previous_kernel();
     typedef Format<FMT> F;
     const u32 chunks_per_row = cols / F::CHUNK;
     const u32 total = rows * chunks_per_row;
@@ -43,6 +44,7 @@ DEQUANTIZE_KERNEL(dequantize_f16_q5_k, FMT_Q5_K)
 DEQUANTIZE_KERNEL(dequantize_f16_q6_k, FMT_Q6_K)
 
 extern "C" __global__ void round_f16(const float *x, size_t n, u16 *out) {
+    wait_for_previous_kernel();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         out[i] = __half_as_ushort(__float2half_rn(x[i]));
@@ -51,6 +53,7 @@ extern "C" __global__ void round_f16(const float *x, size_t n, u16 *out) {
 
 // Round to nearest even on the bits; NaN stays a (quiet) NaN.
 extern "C" __global__ void round_bf16(const float *x, size_t n, u16 *out) {
+    wait_for_previous_kernel();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const u32 bits = __float_as_uint(x[i]);

@@ -94,6 +94,7 @@ template <int RUN> __device__ __forceinline__ float dot_run(const float *q, cons
 template <int FMT, int ROWS, int TILE>
 __device__ void matvec_lanes(const float *x, const u8 *weight, size_t row_bytes, u32 rows, u32 cols,
                              u32 n_rows, float *out) {
+    wait_for_previous_kernel();
     typedef Lanes<FMT> L;
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
@@ -157,6 +158,7 @@ __device__ void matvec_lanes(const float *x, const u8 *weight, size_t row_bytes,
 template <int FMT>
 __device__ void matvec_any(const float *x, const u8 *weight, size_t row_bytes, u32 rows, u32 cols,
                            u32 n_rows, float *out) {
+    wait_for_previous_kernel();
     typedef Format<FMT> F;
     const u32 row = blockIdx.x * MATVEC_WARPS + threadIdx.x / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;

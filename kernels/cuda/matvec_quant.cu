@@ -20,6 +20,7 @@
 // Rows of x as int8 blocks of 32: one group of 8 lanes per block, four columns per lane.
 // `n_blocks` = n_rows * cols / 32.
 extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, float2 *scales) {
+    wait_for_previous_kernel();
     const u32 thread = blockIdx.x * blockDim.x + threadIdx.x;
     const u32 block = thread / 8;
     const bool live = block < n_blocks;
@@ -297,6 +298,7 @@ template <> struct QLanes<FMT_Q8_0> {
 template <int FMT, int ROWS, int TILE>
 __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
                           u32 n_rows) {
+    wait_for_previous_kernel();
     typedef QLanes<FMT> L;
     const Projection projection = projection_of(projections, blockIdx.x);
     const u8 *weight = projection.weight;

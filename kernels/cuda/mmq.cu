@@ -371,6 +371,7 @@ template <> struct MmqLanes<FMT_Q6_K> {
 template <int FMT, int NF>
 __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols, u32 n_rows,
                     float *partials, u32 *arrivals) {
+    wait_for_previous_kernel();
     typedef MmqLanes<FMT> L;
     const int NT = 8 * NF;
     const Projection projection = projection_of(projections, blockIdx.x);

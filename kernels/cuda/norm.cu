@@ -33,6 +33,7 @@ template <bool PER_WARP> struct NormGroup {
 template <bool PER_WARP, bool ADD>
 __device__ void norm_in_registers(float *x, const float *delta, const float *weight, u32 row_len, u32 n_rows,
                                   float eps, float *out) {
+    wait_for_previous_kernel();
     const NormGroup<PER_WARP> group;
     // Warp-uniform: a whole warp leaves together, before any shuffle.
     if (group.row >= n_rows) {
@@ -99,6 +100,7 @@ __device__ void normalize_row(const float *x, const float *weight, u32 row_len, 
 
 // One block per row.
 extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row_len, float eps, float *out) {
+    wait_for_previous_kernel();
     const size_t offset = (size_t)blockIdx.x * row_len;
     normalize_row(x + offset, weight, row_len, eps, out + offset);
 }
@@ -107,6 +109,7 @@ extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row
 // elements it wrote itself, so the block needs no barrier between the two steps.
 extern "C" __global__ void add_rms_norm(float *residual, const float *delta, const float *weight, u32 row_len,
                                         float eps, float *out) {
+    wait_for_previous_kernel();
     const size_t offset = (size_t)blockIdx.x * row_len;
     for (u32 i = threadIdx.x; i < row_len; i += blockDim.x) {
         residual[offset + i] += delta[offset + i];

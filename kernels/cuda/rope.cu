@@ -4,6 +4,7 @@
 
 extern "C" __global__ void rope(float *x, const u32 *positions, u32 n_rows, u32 n_heads, u32 head_dim,
                                 u32 rotary_dim, float theta, u32 neox) {
+    wait_for_previous_kernel();
     const u32 pairs = rotary_dim / 2;
     const size_t task = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (task >= (size_t)n_rows * n_heads * pairs) {

@@ -7,6 +7,7 @@
 template <int FMT>
 __device__ void embed(const u8 *table, size_t row_bytes, u32 table_rows, u32 cols, const u32 *ids,
                       float *out) {
+    wait_for_previous_kernel();
     typedef Format<FMT> F;
     const u32 id = ids[blockIdx.x];
     if (id >= table_rows) {
@@ -42,6 +43,7 @@ EMBED_KERNEL(embed_q6_k, FMT_Q6_K)
 // gather_rows, and the first half of copy_kv (pool rows into a staging buffer).
 extern "C" __global__ void gather_rows(const float *src, u32 src_rows, const u32 *index, u32 row_len,
                                        size_t total, float *dst) {
+    wait_for_previous_kernel();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) {
         return;
@@ -55,6 +57,7 @@ extern "C" __global__ void gather_rows(const float *src, u32 src_rows, const u32
 // dst row index[i] = src row i, one thread per element: write_kv, and the second half of copy_kv.
 extern "C" __global__ void scatter_rows(const float *src, const u32 *index, u32 row_len, size_t total,
                                         u32 dst_rows, float *dst) {
+    wait_for_previous_kernel();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) {
         return;

@@ -4,6 +4,7 @@
 #define ROW_THREADS 256
 
 extern "C" __global__ void softmax_rows(float *x, u32 row_len) {
+    wait_for_previous_kernel();
     float *row = x + (size_t)blockIdx.x * row_len;
     float max = -INFINITY;
     for (u32 i = threadIdx.x; i < row_len; i += blockDim.x) {
@@ -66,6 +67,7 @@ __device__ void best_after(const float *row, u32 row_len, float after_value, u32
 }
 
 extern "C" __global__ void argmax_rows(const float *x, u32 row_len, u32 *out) {
+    wait_for_previous_kernel();
     float value;
     u32 id;
     best_after(x + (size_t)blockIdx.x * row_len, row_len, 0.0f, NO_ID, &value, &id);
@@ -77,6 +79,7 @@ extern "C" __global__ void argmax_rows(const float *x, u32 row_len, u32 *out) {
 // The k best of each row, best first, as ids and log-softmax values: k passes of best_after,
 // each ranking after the previous pick, so no per-thread candidate lists are needed.
 extern "C" __global__ void top_k_rows(const float *logits, u32 row_len, u32 k, u32 *ids, float *log_probs) {
+    wait_for_previous_kernel();
     const float *row = logits + (size_t)blockIdx.x * row_len;
     float max = -INFINITY;
     for (u32 i = threadIdx.x; i < row_len; i += blockDim.x) {

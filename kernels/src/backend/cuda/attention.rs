@@ -13,8 +13,6 @@
 
 use std::sync::PoisonError;
 
-use cudarc::driver::PushKernelArg;
-
 use super::CudaBackend;
 use super::context::{device_error, driver, grid, to_u32};
 use super::memory::CudaTensor;
@@ -108,7 +106,7 @@ pub(super) fn attention(
     let mut counters = unsafe { tail.transmute_mut::<u32>(SPLIT_TASKS) }
         .ok_or_else(|| device_error(OP, "the partials buffer has no room for its counters"))?;
     let kernel = if params.head_dim <= SMALL_HEAD_DIM { "attention_dim128" } else { "attention_dim512" };
-    let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+    let mut launch = device.launch(OP, kernel)?;
     launch
         .arg(&q.buf)
         .arg(&k_pool.buf)

@@ -9,6 +9,7 @@ use cudarc::nvrtc::Ptx;
 use super::cache;
 use super::compile::Nvrtc;
 use super::error::CudaError;
+use super::launch::{self, Launch};
 use super::sources::KERNEL_SOURCES;
 use crate::backend::BackendError;
 
@@ -21,6 +22,8 @@ pub(super) struct Device {
     pub arch: String,
     /// Streaming multiprocessors, for sizing grids that must fill the device.
     pub sm_count: usize,
+    /// Whether kernels launch with programmatic dependent launch (launch.rs).
+    pub programmatic_launch: bool,
 }
 
 impl Device {
@@ -50,7 +53,13 @@ impl Device {
             functions,
             arch,
             sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
+            programmatic_launch: launch::programmatic_launch(major),
         })
+    }
+
+    /// A launch of kernel `name` on the device's stream.
+    pub fn launch(&self, op: &'static str, name: &'static str) -> Result<Launch<'_>, BackendError> {
+        Ok(Launch::new(self, self.function(op, name)?))
     }
 
     /// The loaded kernel `name`.

@@ -1,7 +1,5 @@
 //! `add` and `swiglu`, one thread per element.
 
-use cudarc::driver::PushKernelArg;
-
 use super::context::{Device, driver, per_element};
 use super::memory::CudaTensor;
 use crate::backend::{BackendError, shape};
@@ -18,7 +16,7 @@ pub(super) fn add(
         return Ok(());
     }
     let n = len as u64;
-    let mut launch = device.stream.launch_builder(device.function(OP, "add")?);
+    let mut launch = device.launch(OP, "add")?;
     launch.arg(&mut acc.buf).arg(&x.buf).arg(&n);
     // SAFETY: the shape check guarantees both buffers hold `len` elements.
     unsafe { launch.launch(per_element(OP, len)?) }.map_err(driver(OP))?;
@@ -38,7 +36,7 @@ pub(super) fn swiglu(
         return Ok(());
     }
     let n = len as u64;
-    let mut launch = device.stream.launch_builder(device.function(OP, "swiglu")?);
+    let mut launch = device.launch(OP, "swiglu")?;
     launch.arg(&gate.buf).arg(&up.buf).arg(&n).arg(&mut out.buf);
     // SAFETY: the shape check guarantees every buffer holds `len` elements.
     unsafe { launch.launch(per_element(OP, len)?) }.map_err(driver(OP))?;

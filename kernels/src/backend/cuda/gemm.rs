@@ -11,7 +11,7 @@ use std::sync::{Mutex, PoisonError};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::context::{Device, device_error, driver, grid, to_u32};
 use super::memory::{CudaTensor, CudaWeight, ScratchBuffer, is_weight_supported};
@@ -90,7 +90,7 @@ impl Gemm {
         let x_half = x_scratch.at_least(device, OP, n_rows * cols)?;
         let rounding = if weight.ty == GgmlType::Bf16 { "round_bf16" } else { "round_f16" };
         let count = (n_rows * cols) as u64;
-        let mut launch = device.stream.launch_builder(device.function(OP, rounding)?);
+        let mut launch = device.launch(OP, rounding)?;
         launch.arg(&x.buf).arg(&count).arg(&mut *x_half);
         // SAFETY: `x` holds n_rows * cols floats (shape-checked) and the scratch at least as many.
         unsafe { launch.launch(grid_stride(n_rows * cols)?) }.map_err(driver(OP))?;
@@ -114,7 +114,7 @@ impl Gemm {
         to_u32(OP, "weight chunks", rows * cols / 8)?;
         let row_bytes = weight.row_bytes as u64;
         let (rows_u32, cols_u32) = (to_u32(OP, "weight rows", rows)?, to_u32(OP, "weight cols", cols)?);
-        let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+        let mut launch = device.launch(OP, kernel)?;
         launch.arg(&weight.bytes).arg(&row_bytes).arg(&rows_u32).arg(&cols_u32).arg(&mut *decoded);
         // SAFETY: the weight holds rows * row_bytes bytes; the scratch holds rows * cols halves.
         unsafe { launch.launch(grid_stride(rows * cols)?) }.map_err(driver(OP))?;

@@ -11,7 +11,7 @@
 
 use std::sync::PoisonError;
 
-use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 
 use super::context::{Device, driver, per_element, to_u32};
 use super::memory::{CudaTensor, CudaWeight, QuantizedCopy};
@@ -152,7 +152,7 @@ fn quantized_matmuls(
     let scales = scales.at_least(device, OP, 2 * n_blocks)?;
     if !reusable {
         let n_blocks_u32 = to_u32(OP, "activation blocks", n_blocks)?;
-        let mut launch = device.stream.launch_builder(device.function(OP, "quantize_q8")?);
+        let mut launch = device.launch(OP, "quantize_q8")?;
         launch.arg(&x.buf).arg(&n_blocks_u32).arg(&mut *values).arg(&mut *scales);
         // SAFETY: `x` holds n_rows * cols floats, cols a multiple of 32 (whole quant blocks); the
         // copy holds one byte per value and two floats per block.
@@ -194,8 +194,8 @@ fn quantized_matmuls(
             LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };
         let cols = to_u32(OP, "weight cols", cols)?;
         let n_rows = to_u32(OP, "n_rows", n_rows)?;
-        let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
-        launch.arg(&*values).arg(&*scales).arg(&projections).arg(&cols).arg(&n_rows);
+        let mut launch = device.launch(OP, kernel)?;
+        launch.arg(&*values).arg(&*scales).value(&projections).arg(&cols).arg(&n_rows);
         // SAFETY: the copy holds the quantized `x`; each weight holds `rows * row_bytes` bytes in
         // the layout of layout.rs, whose rows the kernels read with aligned loads, and each output
         // holds n_rows * rows floats (shape-checked).
@@ -231,7 +231,7 @@ fn float_matmul(
     let rows = to_u32(OP, "weight rows", weight.rows)?;
     let cols = to_u32(OP, "weight cols", weight.cols)?;
     let n_rows = to_u32(OP, "n_rows", n_rows)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, kernel.name)?);
+    let mut launch = device.launch(OP, kernel.name)?;
     launch
         .arg(&x.buf)
         .arg(&weight.bytes)

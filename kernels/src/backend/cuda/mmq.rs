@@ -12,7 +12,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::context::{Device, device_error, driver, to_u32};
 use super::matmul::Projections;
@@ -133,11 +133,11 @@ impl Mmq {
         };
         let cols = to_u32(OP, "weight cols", cols)?;
         let n_rows = to_u32(OP, "n_rows", n_rows)?;
-        let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+        let mut launch = device.launch(OP, kernel)?;
         launch
             .arg(values)
             .arg(scales)
-            .arg(projections)
+            .value(projections)
             .arg(&cols)
             .arg(&n_rows)
             .arg(&mut *partials)

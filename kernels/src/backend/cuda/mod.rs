@@ -28,6 +28,7 @@ mod elementwise;
 mod error;
 mod gemm;
 mod graph;
+mod launch;
 mod layout;
 mod matmul;
 mod memory;

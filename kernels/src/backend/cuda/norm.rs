@@ -1,7 +1,7 @@
 //! RMS norms (norm.cu): rows held in registers by one warp or one block each where they fit,
 //! else one looping block per row.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 
 use super::context::{Device, driver, grid, to_u32};
 use super::memory::CudaTensor;
@@ -66,7 +66,7 @@ pub(super) fn rms_norm(
     let (variant, config) = plan(OP, row_len, n_rows)?;
     let row_len = to_u32(OP, "row length", row_len)?;
     let n_rows = to_u32(OP, "n_rows", n_rows)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, variant.kernel(false))?);
+    let mut launch = device.launch(OP, variant.kernel(false))?;
     launch.arg(&x.buf).arg(&weight.buf).arg(&row_len);
     // The register kernels give whole warps rows, so they check the row count themselves.
     if variant != Variant::Looping {
@@ -97,7 +97,7 @@ pub(super) fn add_rms_norm(
     let (variant, config) = plan(OP, row_len, n_rows)?;
     let row_len = to_u32(OP, "row length", row_len)?;
     let n_rows = to_u32(OP, "n_rows", n_rows)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, variant.kernel(true))?);
+    let mut launch = device.launch(OP, variant.kernel(true))?;
     launch.arg(&mut residual.buf).arg(&delta.buf).arg(&weight.buf).arg(&row_len);
     if variant != Variant::Looping {
         launch.arg(&n_rows);

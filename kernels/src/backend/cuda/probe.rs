@@ -2,8 +2,6 @@
 
 use std::time::Instant;
 
-use cudarc::driver::PushKernelArg;
-
 use super::context::{Device, driver, grid};
 use crate::backend::BackendError;
 
@@ -28,7 +26,7 @@ pub(super) fn read_bandwidth(device: &Device) -> Result<f64, BackendError> {
     for run in 0..WARMUP + RUNS {
         device.stream.synchronize().map_err(driver(OP))?;
         let start = Instant::now();
-        let mut launch = device.stream.launch_builder(device.function(OP, "read_probe")?);
+        let mut launch = device.launch(OP, "read_probe")?;
         launch.arg(&data).arg(&vectors).arg(&mut sums);
         // SAFETY: `data` holds `vectors` float4s; `sums` one float per launched thread.
         unsafe { launch.launch(config) }.map_err(driver(OP))?;

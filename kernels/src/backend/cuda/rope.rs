@@ -1,7 +1,5 @@
 //! Rotary position embeddings, one thread per rotated pair.
 
-use cudarc::driver::PushKernelArg;
-
 use super::context::{Device, driver, per_element, to_u32};
 use super::memory::{CudaIndex, CudaTensor};
 use crate::backend::{BackendError, RopeParams, RopeStyle, shape};
@@ -24,7 +22,7 @@ pub(super) fn rope(
     let head_dim = to_u32(OP, "head_dim", params.head_dim)?;
     let rotary_dim = to_u32(OP, "rotary_dim", params.rotary_dim)?;
     let neox = u32::from(params.style == RopeStyle::Neox);
-    let mut launch = device.stream.launch_builder(device.function(OP, "rope")?);
+    let mut launch = device.launch(OP, "rope")?;
     launch
         .arg(&mut x.buf)
         .arg(&positions.buf)

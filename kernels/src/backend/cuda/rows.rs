@@ -3,7 +3,7 @@
 //! Index arrays live on the device, so out-of-range entries are not reported: the kernels skip
 //! them and leave their destination rows untouched.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::context::{Device, driver, grid, per_element, to_u32};
 use super::memory::{CudaIndex, CudaTensor, CudaWeight};
@@ -40,7 +40,7 @@ pub(super) fn embed(
     let row_bytes = table.row_bytes as u64;
     let table_rows = to_u32(OP, "table rows", table.rows)?;
     let cols = to_u32(OP, "cols", table.cols)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, kernel)?);
+    let mut launch = device.launch(OP, kernel)?;
     launch.arg(&table.bytes).arg(&row_bytes).arg(&table_rows).arg(&cols).arg(&ids.buf).arg(&mut out.buf);
     // SAFETY: the shape check guarantees `n_rows` ids and output rows; ids are bounds-checked.
     unsafe { launch.launch(grid(OP, n_rows, 256)?) }.map_err(driver(OP))?;
@@ -112,7 +112,7 @@ fn gather(
     let src_rows = to_u32(op, "source rows", src_rows)?;
     let row_len_u32 = to_u32(op, "row_len", row_len)?;
     let total_u64 = total as u64;
-    let mut launch = device.stream.launch_builder(device.function(op, "gather_rows")?);
+    let mut launch = device.launch(op, "gather_rows")?;
     launch.arg(src).arg(&src_rows).arg(index).arg(&row_len_u32).arg(&total_u64).arg(dst);
     // SAFETY: the callers' shape checks size `index` and `dst`; source rows are bounds-checked.
     unsafe { launch.launch(per_element(op, total)?) }.map_err(driver(op))?;
@@ -138,7 +138,7 @@ fn scatter(
     let dst_rows = to_u32(op, "destination rows", dst_rows)?;
     let row_len_u32 = to_u32(op, "row_len", row_len)?;
     let total_u64 = total as u64;
-    let mut launch = device.stream.launch_builder(device.function(op, "scatter_rows")?);
+    let mut launch = device.launch(op, "scatter_rows")?;
     launch.arg(src).arg(index).arg(&row_len_u32).arg(&total_u64).arg(&dst_rows).arg(dst);
     // SAFETY: the callers' shape checks size `src` and `index`; destination rows are bounds-checked.
     unsafe { launch.launch(per_element(op, total)?) }.map_err(driver(op))?;

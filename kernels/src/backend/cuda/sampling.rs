@@ -1,7 +1,5 @@
 //! Row-wise reductions over logits: softmax, argmax, top-k with log-probabilities.
 
-use cudarc::driver::PushKernelArg;
-
 use super::context::{Device, driver, grid, to_u32};
 use super::memory::CudaTensor;
 use super::transfer::download_index;
@@ -24,7 +22,7 @@ pub(super) fn softmax_rows(
         return Ok(());
     }
     let row_len = to_u32(OP, "row_len", row_len)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, "softmax_rows")?);
+    let mut launch = device.launch(OP, "softmax_rows")?;
     launch.arg(&mut x.buf).arg(&row_len);
     // SAFETY: the shape check guarantees `n_rows` rows in `x`.
     unsafe { launch.launch(grid(OP, n_rows, THREADS)?) }.map_err(driver(OP))?;
@@ -45,7 +43,7 @@ pub(super) fn argmax_rows(
     }
     let mut ids = device.stream.alloc_zeros::<u32>(n_rows).map_err(driver(OP))?;
     let row_len = to_u32(OP, "row_len", row_len)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, "argmax_rows")?);
+    let mut launch = device.launch(OP, "argmax_rows")?;
     launch.arg(&x.buf).arg(&row_len).arg(&mut ids);
     // SAFETY: the shape check guarantees `n_rows` rows in `x`; `ids` holds `n_rows`.
     unsafe { launch.launch(grid(OP, n_rows, THREADS)?) }.map_err(driver(OP))?;
@@ -78,7 +76,7 @@ pub(super) fn top_k_rows(
     let mut device_log_probs = device.stream.alloc_zeros::<f32>(total).map_err(driver(OP))?;
     let row_len = to_u32(OP, "row_len", row_len)?;
     let k = to_u32(OP, "k", k)?;
-    let mut launch = device.stream.launch_builder(device.function(OP, "top_k_rows")?);
+    let mut launch = device.launch(OP, "top_k_rows")?;
     launch.arg(&logits.buf).arg(&row_len).arg(&k).arg(&mut device_ids).arg(&mut device_log_probs);
     // SAFETY: the shape check guarantees `n_rows` rows of logits; the outputs hold `n_rows * k`.
     unsafe { launch.launch(grid(OP, n_rows, THREADS)?) }.map_err(driver(OP))?;
