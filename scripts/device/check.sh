@@ -6,7 +6,7 @@
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [bf16]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh.
 set -uo pipefail
-bin=target/device
+bin=${BIN:-target/device}
 out=${OUT:-/tmp/canopy-out}
 mkdir -p "$out"
 steps=${*:-parity small 8b}
