@@ -41,17 +41,22 @@ if has small; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
     same_ids "$models/q06.gguf" "The quick brown fox" 32 | tee -a "$out/ids.txt"
     "$bin/canopy" bench "$models/q06.gguf" --backend cuda --long --repetitions 5 2>&1 | tee "$out/bench-q06.txt"
-    CANOPY_CUDA_GEMM_MIN_ROWS=2 CANOPY_CUDA_MMQ_MIN_ROWS=65 "$bin/canopy" bench "$models/q06.gguf" --backend cuda --decode 0 \
-        --forward 2,4,8,16,23,32,64 --repetitions 5 2>&1 | tee "$out/bench-q06-gemm.txt"
+    # A/B: the same without programmatic dependent launch.
+    CANOPY_CUDA_PDL=0 "$bin/canopy" bench "$models/q06.gguf" --backend cuda --decode 64 \
+        --forward 1,23 --repetitions 5 2>&1 | tee "$out/bench-q06-nopdl.txt"
 fi
 if has 8b; then
     start=$(date +%s)
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --out "$models/q8b.gguf" >/dev/null
     echo "synth 8b: $(( $(date +%s) - start )) s"
     same_ids "$models/q8b.gguf" "The quick brown fox" 16 | tee -a "$out/ids.txt"
-    "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --repetitions 3 2>&1 | tee "$out/bench-q8b.txt"
-    CANOPY_CUDA_GEMM_MIN_ROWS=2 CANOPY_CUDA_MMQ_MIN_ROWS=65 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
-        --forward 2,4,8,16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-q8b-gemm.txt"
+    "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --forward 1,2,4,8,16,23,32,64 --repetitions 3 \
+        2>&1 | tee "$out/bench-q8b.txt"
+    # A/B: without programmatic dependent launch; verify sizes on the f16 GEMM instead of mmq.
+    CANOPY_CUDA_PDL=0 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 64 \
+        --forward 1,23 --repetitions 3 2>&1 | tee "$out/bench-q8b-nopdl.txt"
+    CANOPY_CUDA_MMQ_MIN_ROWS=65 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --decode 0 \
+        --forward 16,23,32,64 --repetitions 3 2>&1 | tee "$out/bench-q8b-gemm.txt"
 fi
 if has verify; then
     # Verify-sized forwards of both models with the GEMM from MIN_ROWS rows (default 4), recorded
