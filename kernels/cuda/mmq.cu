@@ -1,5 +1,5 @@
 // Matrix products of block-quantized weights with int8 activations on the tensor cores, for
-// verify-sized batches (16 to 64 input rows): out[b, r] = sum_c x[b, c] * W[r, c], reading each
+// verify-sized batches (5 to 64 input rows): out[b, r] = sum_c x[b, c] * W[r, c], reading each
 // weight byte once and decoding it in registers (no f16 copy of the weights).
 //
 // The activations are quantize_q8's copy (matvec_quant.cu): per input row `cols` int8 values, and
@@ -484,8 +484,9 @@ __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &pr
         mmq<FMT, NF>(x_q, x_scales, projections, cols, n_rows, partials, arrivals);                             \
     }
 
-// Input-row tiles of 16, 24, 32, 48 and 64 (matmul.rs picks the smallest that holds the batch).
+// Input-row tiles of 8, 16, 24, 32, 48 and 64 (mmq.rs picks the smallest that holds the batch).
 #define MMQ_KERNELS(SUFFIX, FMT)      \
+    MMQ_KERNEL(SUFFIX, FMT, 1, 8)     \
     MMQ_KERNEL(SUFFIX, FMT, 2, 16)    \
     MMQ_KERNEL(SUFFIX, FMT, 3, 24)    \
     MMQ_KERNEL(SUFFIX, FMT, 4, 32)    \

@@ -22,7 +22,7 @@ use crate::quant::GgmlType;
 /// (docs/performance.md): the int8 matrix-vector kernels win up to 8 rows (Qwen3-8B Q4_K_M fwd8
 /// 7.8 ms against 13.9), the GEMM from 16 (fwd23 14.3 ms against 22.4; Qwen3-0.6B Q8_0 breaks
 /// even at 16). Recorded verify steps then launch cuBLAS inside a graph. Block-quantized weights
-/// take the int8 tensor-core kernels (mmq.rs) instead for batches they cover (16 to 64 rows).
+/// take the int8 tensor-core kernels (mmq.rs) instead for batches they cover (5 to 64 rows).
 const DEFAULT_MIN_GEMM_ROWS: usize = 16;
 
 /// The smallest batch that takes the GEMM: `$CANOPY_CUDA_GEMM_MIN_ROWS` when set to a positive

@@ -8,7 +8,7 @@
 //! Weights stay in their GGUF block format on the device (Q8_0 and Q6_K rows with their scales
 //! moved to the row's end, see layout.rs). Matmuls of fewer than 16 input rows (decode and small
 //! tree verifies) run matrix-vector kernels that read each weight byte once, with the activations
-//! rounded to int8 for the block-quantized formats. Verify-sized batches of 16 to 64 rows of
+//! rounded to int8 for the block-quantized formats. Verify-sized batches of 5 to 64 rows of
 //! block-quantized weights run int8 tensor-core kernels on the same int8 activations, which also
 //! read each weight byte once (mmq.rs; sm_80 and later). Other batches from 16 rows run through
 //! cuBLAS on the tensor cores (f16 operands) when the library is present.
