@@ -80,8 +80,11 @@ if has serve; then
     "$bin/canopy" serve --model "$models/q06.gguf" --listen 127.0.0.1:8123 >"$out/serve.log" 2>&1 &
     serve=$!
     for _ in $(seq 120); do grep -q "listening on" "$out/serve.log" && break; sleep 0.5; done
+    # The served name is the GGUF's general.name; ask for whichever model the router lists first.
+    model=$(curl -s http://127.0.0.1:8123/v1/models | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
     curl -s http://127.0.0.1:8123/v1/chat/completions -H 'content-type: application/json' \
-        -d '{"model":"q06","messages":[{"role":"user","content":"Hello"}],"max_tokens":16}' | tee "$out/serve.json"; echo
+        -d "{\"model\":\"$model\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":16}" |
+        tee "$out/serve.json"; echo
     grep -i "backend\|cuda" "$out/serve.log" | head -5
     kill -TERM "$serve"; wait "$serve"; echo "serve exit $?"
 fi
