@@ -27,8 +27,8 @@ use std::sync::OnceLock;
 use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::{CudaBackend, CudaGraphExec};
 use canopy_kernels::backend::{
-    AttentionBatch, AttentionLayout, AttentionParams, Backend, BackendError, Mask, RopeParams, RopeStyle,
-    SequenceSpec, TREE_ROOT,
+    AttentionBatch, AttentionInputs, AttentionLayout, AttentionParams, AttentionTargets, Backend,
+    BackendError, DeviceArray, Mask, RopeParams, RopeStyle, SequenceSpec, TREE_ROOT,
 };
 use canopy_kernels::quant::GgmlType;
 use common::{Floats, Rng, gaussian_row, random_blocks};
@@ -297,6 +297,73 @@ fn rope_matches_cpu_for_both_styles_and_partial_rotation() {
             check(&label, &fetch(gpu, &gpu_x, n), &fetch(&cpu, &cpu_x, n), 1e-4);
         }
     }
+}
+
+/// The fused attention inputs (per-head norms, RoPE, KV writes) against the CPU's six ops.
+#[test]
+fn attention_inputs_match_cpu() {
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(12);
+    let positions = [0u32, 1, 7, 100, 1000, 4096];
+    let slots = [9u32, 2, 15, 0, 11, 4];
+    let (n_rows, pool_rows) = (positions.len(), 16);
+    for style in [RopeStyle::Neox, RopeStyle::Normal] {
+        for (n_heads, n_kv_heads, head_dim, rotary_dim) in [(32, 8, 128, 128), (4, 2, 64, 32), (6, 3, 96, 96)]
+        {
+            let rope = |n_heads| RopeParams { n_heads, head_dim, rotary_dim, theta: 1_000_000.0, style };
+            let (q_rope, k_rope) = (rope(n_heads), rope(n_kv_heads));
+            let host = [
+                gaussian_row(n_rows * q_rope.row_len(), 1.0, &mut rng),
+                gaussian_row(n_rows * k_rope.row_len(), 1.0, &mut rng),
+                gaussian_row(n_rows * k_rope.row_len(), 1.0, &mut rng),
+                gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect(),
+                gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect(),
+                gaussian_row(pool_rows * k_rope.row_len(), 1.0, &mut rng),
+            ];
+            let label = format!(
+                "attention_inputs {style:?} {n_heads}/{n_kv_heads} heads of {head_dim}, rotary {rotary_dim}"
+            );
+            let on_cpu = fused_inputs(&cpu, &host, &positions, &slots, q_rope, k_rope);
+            let on_gpu = fused_inputs(gpu, &host, &positions, &slots, q_rope, k_rope);
+            for (name, (got, want)) in ["q", "k", "k_pool", "v_pool"].iter().zip(on_gpu.iter().zip(&on_cpu)) {
+                check(&format!("{label}: {name}"), got, want, 1e-4);
+            }
+        }
+    }
+}
+
+/// Runs `attention_inputs` on `backend` over the host tensors (q_raw, k_raw, v, q_norm, k_norm,
+/// and the starting contents of both pools) and returns q, k and both pools.
+fn fused_inputs<B: Backend>(
+    backend: &B,
+    host: &[Vec<f32>; 6],
+    positions: &[u32],
+    slots: &[u32],
+    q_rope: RopeParams,
+    k_rope: RopeParams,
+) -> Vec<Vec<f32>> {
+    let [q_raw, k_raw, v, q_norm, k_norm, pool] = host.each_ref().map(|data| backend.upload(data).unwrap());
+    let (positions, slots) = (backend.upload_index(positions).unwrap(), backend.upload_index(slots).unwrap());
+    let n_rows = positions.len();
+    let inputs = AttentionInputs {
+        q_raw: &q_raw,
+        k_raw: &k_raw,
+        v: &v,
+        q_norm: &q_norm,
+        k_norm: &k_norm,
+        eps: 1e-6,
+        positions: &positions,
+        slots: &slots,
+        n_rows,
+        q_rope,
+        k_rope,
+    };
+    let (mut q, mut k) = (backend.zeros(q_raw.len()).unwrap(), backend.zeros(k_raw.len()).unwrap());
+    let (mut k_pool, mut v_pool) = (backend.upload(&host[5]).unwrap(), pool);
+    let targets = AttentionTargets { q: &mut q, k: &mut k, k_pool: &mut k_pool, v_pool: &mut v_pool };
+    backend.attention_inputs(&inputs, targets).unwrap();
+    [&q, &k, &k_pool, &v_pool].map(|tensor| fetch(backend, tensor, tensor.len())).to_vec()
 }
 
 #[test]

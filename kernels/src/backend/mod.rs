@@ -21,6 +21,7 @@
 //!   `write_index` before a replay take effect.
 
 mod attention;
+mod attention_inputs;
 pub mod cpu;
 pub mod cuda;
 mod error;
@@ -28,6 +29,7 @@ mod rope;
 mod shape;
 
 pub use attention::{AttentionBatch, AttentionLayout, AttentionParams, Mask, SequenceSpec, TREE_ROOT};
+pub use attention_inputs::{AttentionInputs, AttentionTargets};
 pub use error::BackendError;
 pub use rope::{RopeParams, RopeStyle};
 
@@ -220,6 +222,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
         params: &AttentionParams,
         out: &mut Self::Tensor,
     ) -> Result<(), BackendError>;
+
+    /// A layer's attention inputs for its new tokens: the per-head RMS norms of the projected
+    /// queries and keys, each then rotated (RoPE), into `targets.q` and `targets.k`, and the keys
+    /// and values stored at the tokens' slots of the KV pools. The same as those six ops one
+    /// after the other, which is what this default does; a backend may run them as one.
+    fn attention_inputs(
+        &self,
+        inputs: &AttentionInputs<'_, Self>,
+        targets: AttentionTargets<'_, Self>,
+    ) -> Result<(), BackendError> {
+        attention_inputs::one_op_at_a_time(self, inputs, targets)
+    }
 
     /// `out = silu(gate) * up` over the first `len` elements.
     fn swiglu(

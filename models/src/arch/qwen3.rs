@@ -8,8 +8,8 @@
 //! whose batch is no larger than an earlier one's allocates nothing on the host either.
 
 use canopy_kernels::backend::{
-    AttentionBatch, AttentionLayout, AttentionParams, Backend, DeviceArray, RopeParams, RopeStyle,
-    SequenceSpec,
+    AttentionBatch, AttentionInputs, AttentionLayout, AttentionParams, AttentionTargets, Backend,
+    DeviceArray, RopeParams, RopeStyle, SequenceSpec,
 };
 
 use super::load::{MetadataReader, invalid, matrix, vector};
@@ -574,16 +574,24 @@ impl<B: Backend> Weights<'_, B> {
                     (&layer.attn_v, &mut s.v),
                 ],
             )?;
-            backend.rms_norm(&s.q_raw, &layer.attn_q_norm, n * config.n_heads, eps, &mut s.q)?;
-            backend.rms_norm(&s.k_raw, &layer.attn_k_norm, n * config.n_kv_heads, eps, &mut s.k)?;
-            backend.rope(&mut s.q, &s.positions, n, &q_rope)?;
-            backend.rope(&mut s.k, &s.positions, n, &k_rope)?;
             let (k_pool, v_pool) = cache
                 .pools_mut(index)
                 .ok_or_else(|| ArchError::Batch(format!("the KV cache has no layer {index}")))?;
-            let kv_width = attention.kv_row_len();
-            backend.write_kv(k_pool, &s.k, &s.kv_slots, n, kv_width)?;
-            backend.write_kv(v_pool, &s.v, &s.kv_slots, n, kv_width)?;
+            let inputs = AttentionInputs {
+                q_raw: &s.q_raw,
+                k_raw: &s.k_raw,
+                v: &s.v,
+                q_norm: &layer.attn_q_norm,
+                k_norm: &layer.attn_k_norm,
+                eps,
+                positions: &s.positions,
+                slots: &s.kv_slots,
+                n_rows: n,
+                q_rope,
+                k_rope,
+            };
+            backend
+                .attention_inputs(&inputs, AttentionTargets { q: &mut s.q, k: &mut s.k, k_pool, v_pool })?;
             backend.attention(&s.q, k_pool, v_pool, &s.batch, &attention, &mut s.attn)?;
             backend.matmul(&s.attn, &layer.attn_output, n, &mut s.delta)?;
             backend.add_rms_norm(&mut s.residual, &s.delta, &layer.ffn_norm, n, eps, &mut s.normed)?;

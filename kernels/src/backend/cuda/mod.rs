@@ -21,6 +21,7 @@
 //! Failures of the device itself are reported as [`BackendError::Device`].
 
 mod attention;
+mod attention_inputs;
 mod cache;
 mod compile;
 mod context;
@@ -55,7 +56,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::CudaSlice;
 
-use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
+use super::{
+    AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, BackendError, RopeParams,
+};
 use crate::quant::GgmlType;
 use context::Device;
 use gemm::Gemm;
@@ -265,6 +268,14 @@ impl Backend for CudaBackend {
     ) -> Result<(), BackendError> {
         x.invalidate_quantized();
         rope::rope(&self.device, x, positions, n_rows, params)
+    }
+
+    fn attention_inputs(
+        &self,
+        inputs: &AttentionInputs<'_, Self>,
+        targets: AttentionTargets<'_, Self>,
+    ) -> Result<(), BackendError> {
+        attention_inputs::attention_inputs(self, inputs, targets)
     }
 
     fn write_kv(

@@ -37,6 +37,11 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
     },
     KernelSource { name: "rope.cu", code: include_str!("../../../cuda/rope.cu"), kernels: &["rope"] },
     KernelSource {
+        name: "attention_inputs.cu",
+        code: include_str!("../../../cuda/attention_inputs.cu"),
+        kernels: &["attention_inputs"],
+    },
+    KernelSource {
         name: "rows.cu",
         code: include_str!("../../../cuda/rows.cu"),
         kernels: &[

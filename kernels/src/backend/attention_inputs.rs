@@ -1,0 +1,56 @@
+//! The operands of [`Backend::attention_inputs`](super::Backend::attention_inputs).
+
+use super::{Backend, BackendError, RopeParams};
+
+/// What a layer's attention inputs are made from: the projections of `n_rows` new tokens
+/// (`q_raw` is `[n_rows, q_rope.n_heads, head_dim]`; `k_raw` and `v` are
+/// `[n_rows, k_rope.n_heads, head_dim]`), the per-head norm weights (`head_dim` each), and per
+/// token its position and its KV pool slot.
+pub struct AttentionInputs<'a, B: Backend> {
+    pub q_raw: &'a B::Tensor,
+    pub k_raw: &'a B::Tensor,
+    pub v: &'a B::Tensor,
+    pub q_norm: &'a B::Tensor,
+    pub k_norm: &'a B::Tensor,
+    pub eps: f32,
+    pub positions: &'a B::Index,
+    pub slots: &'a B::Index,
+    pub n_rows: usize,
+    pub q_rope: RopeParams,
+    pub k_rope: RopeParams,
+}
+
+impl<B: Backend> Clone for AttentionInputs<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for AttentionInputs<'_, B> {}
+
+/// Where they go: the normalised, rotated queries and keys (shaped like `q_raw` and `k_raw`),
+/// and the KV pools (`[slots, k_rope.n_heads, head_dim]`), whose rows at the tokens' slots take
+/// the keys and values.
+pub struct AttentionTargets<'a, B: Backend> {
+    pub q: &'a mut B::Tensor,
+    pub k: &'a mut B::Tensor,
+    pub k_pool: &'a mut B::Tensor,
+    pub v_pool: &'a mut B::Tensor,
+}
+
+/// [`Backend::attention_inputs`](super::Backend::attention_inputs) as its six ops.
+pub(crate) fn one_op_at_a_time<B: Backend>(
+    backend: &B,
+    inputs: &AttentionInputs<'_, B>,
+    targets: AttentionTargets<'_, B>,
+) -> Result<(), BackendError> {
+    let AttentionInputs { q_raw, k_raw, v, q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } =
+        *inputs;
+    let AttentionTargets { q, k, k_pool, v_pool } = targets;
+    backend.rms_norm(q_raw, q_norm, n_rows * q_rope.n_heads, eps, q)?;
+    backend.rms_norm(k_raw, k_norm, n_rows * k_rope.n_heads, eps, k)?;
+    backend.rope(q, positions, n_rows, &q_rope)?;
+    backend.rope(k, positions, n_rows, &k_rope)?;
+    backend.write_kv(k_pool, k, slots, n_rows, k_rope.row_len())?;
+    backend.write_kv(v_pool, v, slots, n_rows, k_rope.row_len())
+}
