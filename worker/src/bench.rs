@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::{CausalLm, EngineError, SequenceChunk};
+use crate::sampling::argmax;
 
 /// What to measure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,7 +219,7 @@ impl<M: CausalLm> Bench<'_, M> {
         let mut token = 0;
         for position in depth..depth + tokens {
             self.forward(position, &[token], true)?;
-            token = argmax(&self.logits);
+            token = argmax(&self.logits).unwrap_or(0);
         }
         Ok(())
     }
@@ -227,16 +228,6 @@ impl<M: CausalLm> Bench<'_, M> {
         let batch = [SequenceChunk { sequence: 0, n_past, tokens, want_logits }];
         self.model.forward(&batch, &mut self.logits).map_err(|err| EngineError::Model(Box::new(err)))
     }
-}
-
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (id, &logit) in logits.iter().enumerate() {
-        if logit > logits[best] {
-            best = id;
-        }
-    }
-    best as u32
 }
 
 #[cfg(test)]

@@ -19,4 +19,4 @@ mod tests;
 pub use logprobs::{Logprob, TokenLogprobs, token_logprobs};
 pub use params::{SamplingError, SamplingParams};
 pub use rng::Xoshiro256;
-pub use sampler::Sampler;
+pub use sampler::{Sampler, argmax};

@@ -81,6 +81,38 @@ fn greedy_picks_the_argmax_with_the_lowest_id_on_ties() {
     assert_eq!(zero_temperature.sample(&LOGITS).unwrap(), 5);
 }
 
+/// Long rows take argmax's vectorised path: ties across lanes and chunks, NaN, +inf tied with
+/// f32::MAX, and rows with nothing finite, against a plain scan.
+#[test]
+fn argmax_of_long_rows_matches_a_plain_scan() {
+    fn plain(logits: &[f32]) -> Option<u32> {
+        let sanitized = |logit: f32| if logit.is_nan() { f32::NEG_INFINITY } else { logit.min(f32::MAX) };
+        let mut best: Option<(usize, f32)> = None;
+        for (id, &logit) in logits.iter().enumerate() {
+            let logit = sanitized(logit);
+            if logit > f32::NEG_INFINITY && best.is_none_or(|(_, b)| logit > b) {
+                best = Some((id, logit));
+            }
+        }
+        best.map(|(id, _)| id as u32)
+    }
+    let mut rng = super::Xoshiro256::from_seed(7);
+    for len in [1, 15, 16, 17, 33, 1000, 151_936] {
+        let mut logits: Vec<f32> = (0..len).map(|_| (rng.next_f64() * 8.0 - 4.0) as f32).collect();
+        for special in [f32::NAN, f32::NEG_INFINITY, 5.0, 5.0] {
+            let at = (rng.next_f64() * len as f64) as usize;
+            logits[at.min(len - 1)] = special;
+        }
+        assert_eq!(super::argmax(&logits), plain(&logits), "{len} values");
+        logits[len - 1] = f32::INFINITY;
+        logits[len / 2] = f32::MAX;
+        assert_eq!(super::argmax(&logits), plain(&logits), "{len} values with +inf");
+        let nothing_finite: Vec<f32> =
+            (0..len).map(|i| if i % 2 == 0 { f32::NAN } else { f32::NEG_INFINITY }).collect();
+        assert_eq!(super::argmax(&nothing_finite), None, "{len} values, none finite");
+    }
+}
+
 #[test]
 fn unusable_logit_rows_are_errors() {
     let mut greedy = Sampler::new(SamplingParams::greedy()).unwrap();
