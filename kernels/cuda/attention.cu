@@ -40,7 +40,7 @@
 // Elements of a tile each thread copies, of keys and of values each.
 #define TILE_LOADS 4
 // Tiles each split of a row reads at least.
-#define MIN_SPLIT_TILES 2
+#define MIN_SPLIT_TILES 1
 #define SEQ_FIELDS 5
 #define MASK_CAUSAL 0
 #define MASK_BIDIRECTIONAL 1
