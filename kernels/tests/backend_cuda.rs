@@ -130,29 +130,42 @@ fn embed_matches_cpu_for_every_supported_type() {
 #[test]
 fn matmul_matches_cpu_for_every_supported_type_and_batch() {
     let Some(gpu) = cuda() else { return };
-    let cpu = CpuBackend::new();
     let mut rng = Rng::new(2);
     // 37 rows leave a partial block of rows. 256 columns leave warps without a group of blocks,
     // 1280 a partial group (five Q4_K blocks), 5376 more groups than warps (each warp loops);
-    // 1030 columns are no whole number of 16-byte loads for the element-wise formats. 3, 5 and 11
-    // input rows leave a partial tile (2 and 4 fill the small-batch kernels); 70 take the GEMM.
+    // 1030 columns are no whole number of 16-byte loads for the element-wise formats. 2, 3 and 4
+    // input rows take the small-batch kernels (3 a partial tile), 5, 8 and 11 the batch kernel for
+    // the element-wise formats and mmq for the block-quantized ones; 70 take the GEMM.
     let rows = 37;
     let element_wise = [GgmlType::F32, GgmlType::F16, GgmlType::Bf16].map(|ty| (ty, 1030));
     let shapes = WEIGHT_TYPES.iter().flat_map(|&ty| [(ty, 256), (ty, 1280), (ty, 5376)]).chain(element_wise);
     for (ty, cols) in shapes {
-        let bytes = random_weight(ty, rows, cols, &mut rng);
-        let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
-        let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
-        for n_rows in [1, 2, 3, 4, 5, 8, 11, 70] {
-            let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
-            let mut cpu_out = cpu.zeros(n_rows * rows).unwrap();
-            let mut gpu_out = gpu.zeros(n_rows * rows).unwrap();
-            cpu.matmul(&cpu.upload(&x).unwrap(), &cpu_weight, n_rows, &mut cpu_out).unwrap();
-            gpu.matmul(&gpu.upload(&x).unwrap(), &gpu_weight, n_rows, &mut gpu_out).unwrap();
-            let n = n_rows * rows;
-            let label = format!("matmul {ty} {rows}x{cols} by {n_rows}");
-            check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), matmul_tolerance(ty, n_rows));
-        }
+        matmul_parity(gpu, ty, (rows, cols), &[1, 2, 3, 4, 5, 8, 11, 70], &mut rng);
+    }
+}
+
+/// A random `rows x cols` weight of type `ty` by random inputs of each batch size in `batches`,
+/// on the device against the CPU.
+fn matmul_parity(
+    gpu: &CudaBackend,
+    ty: GgmlType,
+    (rows, cols): (usize, usize),
+    batches: &[usize],
+    rng: &mut Rng,
+) {
+    let cpu = CpuBackend::new();
+    let bytes = random_weight(ty, rows, cols, rng);
+    let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
+    let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
+    for &n_rows in batches {
+        let x = gaussian_row(n_rows * cols, 1.0, rng);
+        let mut cpu_out = cpu.zeros(n_rows * rows).unwrap();
+        let mut gpu_out = gpu.zeros(n_rows * rows).unwrap();
+        cpu.matmul(&cpu.upload(&x).unwrap(), &cpu_weight, n_rows, &mut cpu_out).unwrap();
+        gpu.matmul(&gpu.upload(&x).unwrap(), &gpu_weight, n_rows, &mut gpu_out).unwrap();
+        let n = n_rows * rows;
+        let label = format!("matmul {ty} {rows}x{cols} by {n_rows}");
+        check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), matmul_tolerance(ty, n_rows));
     }
 }
 
@@ -174,35 +187,17 @@ fn matmul_tolerance(ty: GgmlType, n_rows: usize) -> f32 {
 /// 37 and 100 weight rows leave part of a 64-row tile empty; 256 columns are one group of the K
 /// loop, 1280 five (K not split), 5376 twenty-one (split five ways, the last split shorter) and
 /// 12800 fifty (split twelve ways by five groups, the last two splits empty, on all but the
-/// smallest GPUs); 16, 23, 32 and 64 input rows fill or leave part of the tiles of 16, 24, 32 and
-/// 64.
+/// smallest GPUs); 5, 8, 16, 23, 32 and 64 input rows fill or leave part of the tiles of 8, 16,
+/// 24, 32 and 64.
 #[test]
 fn verify_batches_match_cpu_for_every_quantized_type() {
     let Some(gpu) = cuda() else { return };
-    let cpu = CpuBackend::new();
     let mut rng = Rng::new(12);
     for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
         for (rows, cols) in
             [37, 100].into_iter().flat_map(|rows| [256, 1280, 5376, 12800].map(|cols| (rows, cols)))
         {
-            let bytes = random_weight(ty, rows, cols, &mut rng);
-            let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
-            let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
-            for n_rows in [5, 8, 16, 23, 32, 64] {
-                let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
-                let mut cpu_out = cpu.zeros(n_rows * rows).unwrap();
-                let mut gpu_out = gpu.zeros(n_rows * rows).unwrap();
-                cpu.matmul(&cpu.upload(&x).unwrap(), &cpu_weight, n_rows, &mut cpu_out).unwrap();
-                gpu.matmul(&gpu.upload(&x).unwrap(), &gpu_weight, n_rows, &mut gpu_out).unwrap();
-                let n = n_rows * rows;
-                let label = format!("matmul {ty} {rows}x{cols} by {n_rows}");
-                check(
-                    &label,
-                    &fetch(gpu, &gpu_out, n),
-                    &fetch(&cpu, &cpu_out, n),
-                    matmul_tolerance(ty, n_rows),
-                );
-            }
+            matmul_parity(gpu, ty, (rows, cols), &[5, 8, 16, 23, 32, 64], &mut rng);
         }
     }
 }

@@ -83,6 +83,16 @@ pub(super) fn to_u32(op: &'static str, what: &str, value: usize) -> Result<u32, 
     u32::try_from(value).map_err(|_| BackendError::shape(op, format!("{what} = {value} exceeds u32")))
 }
 
+/// A batch-size threshold from the environment, for tuning: `$name` when it holds a positive
+/// number, else `default`.
+pub(super) fn rows_from_env(name: &str, default: usize) -> usize {
+    positive_rows(std::env::var(name).ok().as_deref()).unwrap_or(default)
+}
+
+fn positive_rows(value: Option<&str>) -> Option<usize> {
+    value.and_then(|value| value.trim().parse().ok()).filter(|&rows| rows > 0)
+}
+
 /// `blocks` blocks of `threads` threads.
 pub(super) fn grid(op: &'static str, blocks: usize, threads: u32) -> Result<LaunchConfig, BackendError> {
     Ok(LaunchConfig {
@@ -96,4 +106,18 @@ pub(super) fn grid(op: &'static str, blocks: usize, threads: u32) -> Result<Laun
 pub(super) fn per_element(op: &'static str, total: usize) -> Result<LaunchConfig, BackendError> {
     const THREADS: u32 = 256;
     grid(op, total.div_ceil(THREADS as usize), THREADS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::positive_rows;
+
+    #[test]
+    fn thresholds_are_positive_numbers_or_absent() {
+        assert_eq!(positive_rows(Some(" 24 ")), Some(24));
+        assert_eq!(positive_rows(Some("0")), None);
+        assert_eq!(positive_rows(Some("-3")), None);
+        assert_eq!(positive_rows(Some("many")), None);
+        assert_eq!(positive_rows(None), None);
+    }
 }

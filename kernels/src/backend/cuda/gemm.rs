@@ -13,7 +13,7 @@ use cudarc::cublas::CudaBlas;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
-use super::context::{Device, device_error, driver, grid, to_u32};
+use super::context::{Device, device_error, driver, grid, rows_from_env, to_u32};
 use super::memory::{CudaTensor, CudaWeight, ScratchBuffer, is_weight_supported};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -28,11 +28,7 @@ const DEFAULT_MIN_GEMM_ROWS: usize = 16;
 /// The smallest batch that takes the GEMM: `$CANOPY_CUDA_GEMM_MIN_ROWS` when set to a positive
 /// number (for tuning), else [`DEFAULT_MIN_GEMM_ROWS`].
 pub(super) fn min_gemm_rows() -> usize {
-    std::env::var("CANOPY_CUDA_GEMM_MIN_ROWS")
-        .ok()
-        .and_then(|value| value.trim().parse().ok())
-        .filter(|&rows| rows > 0)
-        .unwrap_or(DEFAULT_MIN_GEMM_ROWS)
+    rows_from_env("CANOPY_CUDA_GEMM_MIN_ROWS", DEFAULT_MIN_GEMM_ROWS)
 }
 
 const OP: &str = "matmul";

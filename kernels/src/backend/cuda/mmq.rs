@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-use super::context::{Device, device_error, driver, to_u32};
+use super::context::{Device, device_error, driver, rows_from_env, to_u32};
 use super::matmul::Projections;
 use super::memory::ScratchBuffer;
 use crate::backend::BackendError;
@@ -84,11 +84,7 @@ impl Mmq {
         if sm < 80 {
             return None;
         }
-        let min_rows = std::env::var("CANOPY_CUDA_MMQ_MIN_ROWS")
-            .ok()
-            .and_then(|value| value.trim().parse().ok())
-            .filter(|&rows| rows > 0)
-            .unwrap_or(DEFAULT_MIN_ROWS);
+        let min_rows = rows_from_env("CANOPY_CUDA_MMQ_MIN_ROWS", DEFAULT_MIN_ROWS);
         Some(Self { min_rows, scratch: Mutex::default() })
     }
 
