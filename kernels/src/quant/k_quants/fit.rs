@@ -5,8 +5,6 @@
 //! squares, and keeps the fit with the smallest squared error. Sums run in f64 so the closed-form
 //! error does not cancel away.
 
-use crate::quant::le::round_clamped;
-
 /// Grids tried on each side of the nominal one, `GRID_STEP` levels apart.
 const GRID_CANDIDATES: i32 = 10;
 const GRID_STEP: f32 = 0.1;
@@ -28,13 +26,9 @@ pub(super) fn fit_scale_min(x: &[f32], max_q: u8) -> (f32, f32) {
     for step in -GRID_CANDIDATES..=GRID_CANDIDATES {
         let levels = f32::from(max_q) + step as f32 * GRID_STEP;
         let inv = levels / (hi - lo);
-        let (mut sum_q, mut sum_qq, mut sum_qx) = (0.0f64, 0.0f64, 0.0f64);
-        for &v in x {
-            let q = f64::from(round_clamped((v - lo) * inv, 0, i32::from(max_q)));
-            sum_q += q;
-            sum_qq += q * q;
-            sum_qx += q * f64::from(v);
-        }
+        // `v - lo` is never negative, so adding a half and truncating rounds half away from zero.
+        let (sum_q, sum_qq, sum_qx) = grid_sums(x, |v| ((v - lo) * inv + 0.5) as i32, 0, i32::from(max_q));
+        let (sum_q, sum_qq) = (f64::from(sum_q), f64::from(sum_qq));
         // Least squares for x ≈ a·q + b; b is -min, so a positive b is clamped to 0.
         let det = n * sum_qq - sum_q * sum_q;
         if det <= 0.0 {
@@ -70,12 +64,8 @@ pub(super) fn fit_symmetric(x: &[f32], q_lo: i32, q_hi: i32) -> f32 {
     for (levels, sign) in [(-q_lo, -1.0f32), (q_hi, 1.0)] {
         for step in -GRID_CANDIDATES..=GRID_CANDIDATES {
             let inv = sign * (levels as f32 + step as f32 * GRID_STEP) / extreme;
-            let (mut sum_qq, mut sum_qx) = (0.0f64, 0.0f64);
-            for &v in x {
-                let q = f64::from(round_clamped(v * inv, q_lo, q_hi));
-                sum_qq += q * q;
-                sum_qx += q * f64::from(v);
-            }
+            let (_, sum_qq, sum_qx) = grid_sums(x, |v| (v * inv + 0.5f32.copysign(v * inv)) as i32, q_lo, q_hi);
+            let sum_qq = f64::from(sum_qq);
             // The error is Σx² - (Σqx)²/Σq², so the best grid maximises (Σqx)²/Σq².
             if sum_qq > 0.0 {
                 let gain = sum_qx * sum_qx / sum_qq;
@@ -88,9 +78,35 @@ pub(super) fn fit_symmetric(x: &[f32], q_lo: i32, q_hi: i32) -> f32 {
     best.1
 }
 
+/// `(Σq, Σq², Σq·x)` over `x` with `q = quantize(x)` clamped to `q_lo..=q_hi`. The integer sums
+/// are exact; `Σq·x` runs in four f64 lanes (each product is exact in f64) so that the searches
+/// above, which call this for every candidate grid, are not bound by one long chain of adds.
+#[inline(always)]
+fn grid_sums(x: &[f32], quantize: impl Fn(f32) -> i32, q_lo: i32, q_hi: i32) -> (i32, i32, f64) {
+    let (mut sum_q, mut sum_qq) = (0i32, 0i32);
+    let mut sum_qx = [0.0f64; 4];
+    let (quads, rest) = x.as_chunks::<4>();
+    for quad in quads {
+        for (lane, &v) in quad.iter().enumerate() {
+            let q = quantize(v).clamp(q_lo, q_hi);
+            sum_q += q;
+            sum_qq += q * q;
+            sum_qx[lane] += f64::from(q) * f64::from(v);
+        }
+    }
+    for &v in rest {
+        let q = quantize(v).clamp(q_lo, q_hi);
+        sum_q += q;
+        sum_qq += q * q;
+        sum_qx[0] += f64::from(q) * f64::from(v);
+    }
+    (sum_q, sum_qq, (sum_qx[0] + sum_qx[1]) + (sum_qx[2] + sum_qx[3]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::le::round_clamped;
 
     #[test]
     fn affine_fit_is_exact_on_a_grid() {
