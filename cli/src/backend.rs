@@ -104,6 +104,13 @@ impl CausalLm for LoadedModel {
         }
     }
 
+    fn forward_argmax(&mut self, batch: &[SequenceChunk<'_>], ids: &mut [u32]) -> Result<(), ArchError> {
+        match self {
+            Self::Cpu(model) => model.forward_argmax(batch, ids),
+            Self::Cuda(model) => model.forward_argmax(batch, ids),
+        }
+    }
+
     fn release(&mut self, sequence: usize) {
         match self {
             Self::Cpu(model) => model.release(sequence),

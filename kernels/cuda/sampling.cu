@@ -66,13 +66,75 @@ __device__ void best_after(const float *row, u32 row_len, float after_value, u32
     *id = ids[0];
 }
 
+#define ARGMAX_THREADS 1024
+
+// Folds (v, i) into a thread's best, visited in increasing id order: only a strictly larger value
+// replaces, so the first of equal values stays and -inf (NaN included) never enters.
+__device__ __forceinline__ void keep_larger(float v, u32 i, float *best, u32 *best_id) {
+    v = ordering_key(v);
+    if (v > *best) {
+        *best = v;
+        *best_id = i;
+    }
+}
+
+// The id of the largest value of each row, the lowest id on ties, NO_ID where no value is above
+// -inf. One block of ARGMAX_THREADS per row: a decode step's single 151,936-entry row is read at
+// the bandwidth of one SM only with many loads in flight, so each thread reads float4s (when rows
+// are 16-byte aligned) and the block is as large as the hardware allows.
 extern "C" __global__ void argmax_rows(const float *x, u32 row_len, u32 *out) {
     wait_for_previous_kernel();
-    float value;
-    u32 id;
-    best_after(x + (size_t)blockIdx.x * row_len, row_len, 0.0f, NO_ID, &value, &id);
-    if (threadIdx.x == 0) {
-        out[blockIdx.x] = id;
+    const float *row = x + (size_t)blockIdx.x * row_len;
+    float best = -INFINITY;
+    u32 best_id = NO_ID;
+    if (row_len % 4 == 0) {
+        const float4 *quads = reinterpret_cast<const float4 *>(row);
+#pragma unroll 4
+        for (u32 q = threadIdx.x; q < row_len / 4; q += blockDim.x) {
+            const float4 v = quads[q];
+            keep_larger(v.x, 4 * q, &best, &best_id);
+            keep_larger(v.y, 4 * q + 1, &best, &best_id);
+            keep_larger(v.z, 4 * q + 2, &best, &best_id);
+            keep_larger(v.w, 4 * q + 3, &best, &best_id);
+        }
+    } else {
+        for (u32 i = threadIdx.x; i < row_len; i += blockDim.x) {
+            keep_larger(row[i], i, &best, &best_id);
+        }
+    }
+    // Threads saw interleaved ids, so merging needs the id tie-break; NO_ID loses every tie.
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        const float v = __shfl_down_sync(0xffffffffu, best, offset);
+        const u32 vi = __shfl_down_sync(0xffffffffu, best_id, offset);
+        if (ranks_before(v, vi, best, best_id)) {
+            best = v;
+            best_id = vi;
+        }
+    }
+    __shared__ float warp_best[ARGMAX_THREADS / WARP_SIZE];
+    __shared__ u32 warp_best_id[ARGMAX_THREADS / WARP_SIZE];
+    const u32 lane = threadIdx.x % WARP_SIZE;
+    const u32 warp = threadIdx.x / WARP_SIZE;
+    if (lane == 0) {
+        warp_best[warp] = best;
+        warp_best_id[warp] = best_id;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const u32 n_warps = blockDim.x / WARP_SIZE;
+        best = lane < n_warps ? warp_best[lane] : -INFINITY;
+        best_id = lane < n_warps ? warp_best_id[lane] : NO_ID;
+        for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+            const float v = __shfl_down_sync(0xffffffffu, best, offset);
+            const u32 vi = __shfl_down_sync(0xffffffffu, best_id, offset);
+            if (ranks_before(v, vi, best, best_id)) {
+                best = v;
+                best_id = vi;
+            }
+        }
+        if (lane == 0) {
+            out[blockIdx.x] = best_id;
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 mod common;
 
 use canopy_kernels::backend::cpu::{CpuBackend, CpuTensor};
-use canopy_kernels::backend::{Backend, BackendError, DeviceArray};
+use canopy_kernels::backend::{ARGMAX_NONE, Backend, BackendError, DeviceArray};
 use canopy_kernels::quant::{GgmlType, dequantize_row, quantize_row};
 use common::{Rng, gaussian_row};
 
@@ -207,16 +207,18 @@ fn argmax_takes_the_first_maximum_and_ignores_nan() {
     let (n_rows, row_len) = (4, 300);
     let mut logits = logit_rows(n_rows, row_len, &mut Rng::new(0xa9));
     logits[3 * row_len..].fill(f32::NAN);
-    let mut out = [u32::MAX; 5];
+    logits[3 * row_len..3 * row_len + row_len / 2].fill(f32::NEG_INFINITY);
+    let mut out = [0; 5];
     backend.argmax_rows(&backend.upload(&logits).unwrap(), n_rows, row_len, &mut out).unwrap();
-    for (r, row) in logits.chunks_exact(row_len).enumerate() {
+    for (r, row) in logits.chunks_exact(row_len).enumerate().take(3) {
         let keys: Vec<f32> = row.iter().map(|&v| if v.is_nan() { f32::NEG_INFINITY } else { v }).collect();
         let best = keys.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let expected = keys.iter().position(|&v| v == best).unwrap();
         assert_eq!(out[r] as usize, expected, "row {r}");
     }
     assert_eq!(out[0] as usize, row_len / 3, "ties go to the first");
-    assert_eq!(out[4], u32::MAX, "only n_rows results are written");
+    assert_eq!(out[3], ARGMAX_NONE, "a row of NaN and -inf names no token");
+    assert_eq!(out[4], 0, "only n_rows results are written");
     assert_error(
         backend.argmax_rows(&backend.upload(&logits).unwrap(), 4, row_len, &mut [0; 3]),
         "argmax_rows",

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use canopy_kernels::backend::ARGMAX_NONE;
+
 use crate::engine::{CausalLm, EngineError, SequenceChunk};
-use crate::sampling::argmax;
 
 /// What to measure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,19 +215,19 @@ impl<M: CausalLm> Bench<'_, M> {
     }
 
     /// `tokens` single-token steps from position `depth`, each feeding back the argmax of the
-    /// previous step.
+    /// previous step, picked where the model keeps its logits as greedy serving does.
     fn decode(&mut self, depth: usize, tokens: usize) -> Result<(), EngineError> {
-        let mut token = 0;
+        let mut ids = [0];
         for position in depth..depth + tokens {
-            self.forward(position, &[token], true)?;
-            token = argmax(&self.logits).unwrap_or(0);
+            let batch = [SequenceChunk { sequence: 0, n_past: position, tokens: &ids, want_logits: true }];
+            let mut picked = [0];
+            self.model
+                .forward_argmax(&batch, &mut picked)
+                .map_err(|err| EngineError::Model(Box::new(err)))?;
+            // Random weights can produce logits with nothing finite; any token keeps the pace.
+            ids = if picked[0] == ARGMAX_NONE { [0] } else { picked };
         }
         Ok(())
-    }
-
-    fn forward(&mut self, n_past: usize, tokens: &[u32], want_logits: bool) -> Result<(), EngineError> {
-        let batch = [SequenceChunk { sequence: 0, n_past, tokens, want_logits }];
-        self.model.forward(&batch, &mut self.logits).map_err(|err| EngineError::Model(Box::new(err)))
     }
 }
 

@@ -35,6 +35,10 @@ pub use rope::{RopeParams, RopeStyle};
 
 use crate::quant::GgmlType;
 
+/// What [`Backend::argmax_rows`] gives a row with no value above -inf (all NaN or -inf): such
+/// logits name no token, and a sampler must report that rather than pick one.
+pub const ARGMAX_NONE: u32 = u32::MAX;
+
 /// A one-dimensional device array that knows its length in elements.
 pub trait DeviceArray: Send + Sync {
     /// Elements in the array.
@@ -250,8 +254,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Replaces each of `n_rows` rows of `row_len` by its softmax, in place.
     fn softmax_rows(&self, x: &mut Self::Tensor, n_rows: usize, row_len: usize) -> Result<(), BackendError>;
 
-    /// Index of the largest value of each of `n_rows` rows into `out` (the first on ties; NaN
-    /// never wins unless the whole row is NaN, which gives 0).
+    /// Index of the largest value of each of `n_rows` rows into `out`: the first on ties, NaN
+    /// counts as -inf, and a row with no value above -inf gives [`ARGMAX_NONE`].
     fn argmax_rows(
         &self,
         x: &Self::Tensor,

@@ -7,7 +7,7 @@ use canopy_models::tokenizer::Tokenizer;
 
 use super::error::EngineError;
 use super::model::{CausalLm, SequenceChunk};
-use super::sequence::{GenerateRequest, SequenceDecoder};
+use super::sequence::{DecodedToken, GenerateRequest, SequenceDecoder};
 use super::stop::FinishReason;
 use crate::sampling::TokenLogprobs;
 
@@ -84,14 +84,14 @@ pub fn generate<M: CausalLm>(
         return Err(EngineError::ZeroPrefillChunk);
     }
     let mut sequence = SequenceDecoder::new(tokenizer, request, model.max_sequence_len())?;
-    let mut logits = vec![0.0; model.vocab_size()];
+    let mut next = NextToken::for_sequence(&sequence, model.vocab_size());
     let prompt = &request.prompt;
 
     let prefill_start = Instant::now();
     for (index, chunk) in prompt.chunks(prefill_chunk).enumerate() {
         let n_past = index * prefill_chunk;
         let want_logits = n_past + chunk.len() == prompt.len();
-        forward(model, n_past, chunk, want_logits, &mut logits)?;
+        next.forward(model, n_past, chunk, want_logits)?;
     }
     let mut timing =
         Timing { prompt_tokens: prompt.len(), prompt_time: prefill_start.elapsed(), ..Timing::default() };
@@ -99,7 +99,7 @@ pub fn generate<M: CausalLm>(
     let decode_start = Instant::now();
     let mut text = String::new();
     let finish_reason = loop {
-        let token = sequence.push_logits(&logits)?;
+        let token = next.push_to(&mut sequence)?;
         text.push_str(&token.text);
         let event = TokenEvent { id: token.id, text: &token.text, logprobs: token.logprobs.as_ref() };
         let flow = on_token(event);
@@ -109,21 +109,46 @@ pub fn generate<M: CausalLm>(
         if flow.is_break() {
             break FinishReason::Cancelled;
         }
-        forward(model, sequence.next_position(), sequence.next_input(), true, &mut logits)?;
+        next.forward(model, sequence.next_position(), sequence.next_input(), true)?;
         timing.decode_steps += 1;
     };
     timing.decode_time = decode_start.elapsed();
     Ok(Generation { tokens: sequence.tokens().to_vec(), text, finish_reason, timing })
 }
 
-/// One forward pass of sequence 0.
-fn forward<M: CausalLm>(
-    model: &mut M,
-    n_past: usize,
-    tokens: &[u32],
-    want_logits: bool,
-    logits: &mut [f32],
-) -> Result<(), EngineError> {
-    let batch = [SequenceChunk { sequence: 0, n_past, tokens, want_logits }];
-    model.forward(&batch, logits).map_err(|err| EngineError::Model(Box::new(err)))
+/// What a forward pass of sequence 0 leaves for picking its next token: the row of logits, or
+/// only the argmax where that is all the sequence reads (then the row never leaves the device).
+enum NextToken {
+    Logits(Vec<f32>),
+    Argmax([u32; 1]),
+}
+
+impl NextToken {
+    fn for_sequence(sequence: &SequenceDecoder<'_>, vocab_size: usize) -> Self {
+        if sequence.needs_only_argmax() { Self::Argmax([0]) } else { Self::Logits(vec![0.0; vocab_size]) }
+    }
+
+    /// One forward pass of sequence 0.
+    fn forward<M: CausalLm>(
+        &mut self,
+        model: &mut M,
+        n_past: usize,
+        tokens: &[u32],
+        want_logits: bool,
+    ) -> Result<(), EngineError> {
+        let batch = [SequenceChunk { sequence: 0, n_past, tokens, want_logits }];
+        match self {
+            Self::Logits(logits) => model.forward(&batch, logits),
+            Self::Argmax(id) => model.forward_argmax(&batch, id),
+        }
+        .map_err(|err| EngineError::Model(Box::new(err)))
+    }
+
+    /// Generates `sequence`'s next token from what the last forward pass left.
+    fn push_to(&self, sequence: &mut SequenceDecoder<'_>) -> Result<DecodedToken, EngineError> {
+        match self {
+            Self::Logits(logits) => sequence.push_logits(logits),
+            Self::Argmax([id]) => sequence.push_argmax(*id),
+        }
+    }
 }

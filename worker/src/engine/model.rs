@@ -1,6 +1,10 @@
 //! What the engine needs from a model: batched forward passes over new tokens of sequences whose
 //! earlier tokens sit in the model's KV cache.
 
+use canopy_kernels::backend::ARGMAX_NONE;
+
+use crate::sampling::argmax;
+
 /// New tokens of one sequence in a batched forward pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SequenceChunk<'a> {
@@ -38,6 +42,22 @@ pub trait CausalLm {
     /// Runs the new tokens of every chunk, stores their keys and values, and writes one row of
     /// `vocab_size` logits per chunk that wants them, in batch order, to the front of `logits`.
     fn forward(&mut self, batch: &[SequenceChunk<'_>], logits: &mut [f32]) -> Result<(), Self::Error>;
+
+    /// Runs `batch` like [`Self::forward`], but writes to the front of `ids`, for each chunk
+    /// that wants logits, the id of the largest logit instead of the row ([`ARGMAX_NONE`] where
+    /// no logit is above -inf). A model that picks on its device moves one id per row to the host
+    /// instead of a row of `vocab_size` logits. This default goes through [`Self::forward`] and
+    /// the host, with room for `ids.len()` rows of logits.
+    fn forward_argmax(&mut self, batch: &[SequenceChunk<'_>], ids: &mut [u32]) -> Result<(), Self::Error> {
+        let vocab_size = self.vocab_size();
+        let mut logits = vec![0.0; ids.len() * vocab_size];
+        self.forward(batch, &mut logits)?;
+        let rows = batch.iter().filter(|chunk| chunk.want_logits && !chunk.tokens.is_empty()).count();
+        for (id, row) in ids.iter_mut().zip(logits.chunks_exact(vocab_size.max(1))).take(rows) {
+            *id = argmax(row).unwrap_or(ARGMAX_NONE);
+        }
+        Ok(())
+    }
 
     /// Frees the KV memory of sequence slot `sequence`; its next forward pass starts it afresh.
     fn release(&mut self, sequence: usize);

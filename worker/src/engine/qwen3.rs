@@ -74,6 +74,34 @@ impl<B: Backend> Qwen3Lm<B> {
         &self.model
     }
 
+    /// Runs the forward pass of `batch`, leaving the logits of the chunks that want them in the
+    /// model's logits buffer; returns how many rows that is.
+    fn run(&mut self, batch: &[SequenceChunk<'_>]) -> Result<usize, ArchError> {
+        let mut inputs = Vec::with_capacity(batch.len());
+        self.logit_rows.clear();
+        let mut row = 0u32;
+        for chunk in batch {
+            if chunk.n_past + chunk.tokens.len() > self.max_sequence_len {
+                let detail = format!(
+                    "{} positions exceed the sequence limit {}",
+                    chunk.n_past + chunk.tokens.len(),
+                    self.max_sequence_len
+                );
+                return Err(ArchError::Batch(detail));
+            }
+            let seq = self.sequence_at(chunk.sequence, chunk.n_past)?;
+            inputs.push(SequenceInput { seq, tokens: chunk.tokens, mask: Mask::Causal });
+            row += chunk.tokens.len() as u32;
+            if chunk.want_logits && row > 0 {
+                self.logit_rows.push(row - 1);
+            }
+        }
+        let rows =
+            if self.logit_rows.is_empty() { LogitRows::None } else { LogitRows::Rows(&self.logit_rows) };
+        let output = self.model.forward(&self.backend, &mut self.cache, &inputs, rows, false)?;
+        Ok(output.n_logit_rows)
+    }
+
     /// The cache sequence of engine slot `slot` after dropping its positions from `n_past` on.
     fn sequence_at(&mut self, slot: usize, n_past: usize) -> Result<SeqId, ArchError> {
         let n_slots = self.sequences.len();
@@ -105,34 +133,22 @@ impl<B: Backend> CausalLm for Qwen3Lm<B> {
     }
 
     fn forward(&mut self, batch: &[SequenceChunk<'_>], logits: &mut [f32]) -> Result<(), ArchError> {
-        let mut inputs = Vec::with_capacity(batch.len());
-        self.logit_rows.clear();
-        let mut row = 0u32;
-        for chunk in batch {
-            if chunk.n_past + chunk.tokens.len() > self.max_sequence_len {
-                let detail = format!(
-                    "{} positions exceed the sequence limit {}",
-                    chunk.n_past + chunk.tokens.len(),
-                    self.max_sequence_len
-                );
-                return Err(ArchError::Batch(detail));
-            }
-            let seq = self.sequence_at(chunk.sequence, chunk.n_past)?;
-            inputs.push(SequenceInput { seq, tokens: chunk.tokens, mask: Mask::Causal });
-            row += chunk.tokens.len() as u32;
-            if chunk.want_logits && row > 0 {
-                self.logit_rows.push(row - 1);
-            }
-        }
-        let rows =
-            if self.logit_rows.is_empty() { LogitRows::None } else { LogitRows::Rows(&self.logit_rows) };
-        let output = self.model.forward(&self.backend, &mut self.cache, &inputs, rows, false)?;
-        let n_values = output.n_logit_rows * self.vocab_size();
+        let n_values = self.run(batch)? * self.vocab_size();
         let available = logits.len();
         let out = logits.get_mut(..n_values).ok_or_else(|| {
             ArchError::Batch(format!("a logits buffer of {available} for {n_values} values"))
         })?;
         self.backend.download(self.model.logits(), out)?;
+        Ok(())
+    }
+
+    fn forward_argmax(&mut self, batch: &[SequenceChunk<'_>], ids: &mut [u32]) -> Result<(), ArchError> {
+        let n_rows = self.run(batch)?;
+        let available = ids.len();
+        let out = ids
+            .get_mut(..n_rows)
+            .ok_or_else(|| ArchError::Batch(format!("an ids buffer of {available} for {n_rows} rows")))?;
+        self.backend.argmax_rows(self.model.logits(), n_rows, self.vocab_size(), out)?;
         Ok(())
     }
 
@@ -153,12 +169,13 @@ impl<B: Backend> CausalLm for Qwen3Lm<B> {
 mod tests {
     use std::ops::ControlFlow;
 
+    use canopy_kernels::backend::ARGMAX_NONE;
     use canopy_kernels::backend::cpu::CpuBackend;
     use canopy_models::tokenizer::Tokenizer;
 
     use super::*;
     use crate::engine::{FinishReason, GenerateRequest, StopConditions, generate};
-    use crate::sampling::SamplingParams;
+    use crate::sampling::{SamplingParams, argmax};
 
     const MODELS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/testdata/models");
 
@@ -231,6 +248,28 @@ mod tests {
         assert_eq!(first, sample(9));
         assert_ne!(first, sample(10));
         assert_ne!(first, greedy[..16]);
+    }
+
+    #[test]
+    fn argmax_forward_picks_the_argmax_of_each_row_of_logits() {
+        let file = GgufFile::open(format!("{MODELS}/qwen3-tiny-f32.gguf")).unwrap();
+        let options = Qwen3LmOptions { max_sequence_len: Some(64), max_batch_tokens: 16, max_sequences: 2 };
+        let mut model = Qwen3Lm::load(CpuBackend::new(), &file, options).unwrap();
+        let vocab = model.vocab_size();
+        let (first, second) = ([5u32, 9, 13], [7u32, 2]);
+        let batch = [
+            SequenceChunk { sequence: 0, n_past: 0, tokens: &first, want_logits: true },
+            SequenceChunk { sequence: 1, n_past: 0, tokens: &second, want_logits: true },
+        ];
+        let mut logits = vec![0.0; 2 * vocab];
+        model.forward(&batch, &mut logits).unwrap();
+        let expected: Vec<u32> = logits.chunks_exact(vocab).map(|row| argmax(row).unwrap()).collect();
+        // n_past 0 again: both sequences start over, so the same logits are picked from.
+        let mut ids = [ARGMAX_NONE; 3];
+        model.forward_argmax(&batch, &mut ids).unwrap();
+        assert_eq!(ids[..2], expected);
+        assert_eq!(ids[2], ARGMAX_NONE, "only rows that want logits are written");
+        assert!(model.forward_argmax(&batch, &mut [0; 1]).is_err(), "an ids buffer too short");
     }
 
     #[test]

@@ -2,12 +2,13 @@
 //! next token, report its log-probabilities, turn it into text and decide whether to stop. The
 //! single-sequence [`generate`](super::generate) loop and the batching scheduler both drive it.
 
-use canopy_models::tokenizer::Tokenizer;
-
 use super::error::EngineError;
 use super::output::{OutputStep, OutputTracker, StopConditions};
 use super::stop::FinishReason;
-use crate::sampling::{Sampler, SamplingParams, TokenLogprobs, token_logprobs};
+use canopy_kernels::backend::ARGMAX_NONE;
+use canopy_models::tokenizer::Tokenizer;
+
+use crate::sampling::{Sampler, SamplingError, SamplingParams, TokenLogprobs, token_logprobs};
 
 /// One generation: a prompt and how to continue it.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,12 +99,33 @@ impl<'t> SequenceDecoder<'t> {
         self.prompt_len + self.tokens.len().saturating_sub(1)
     }
 
+    /// Whether the next token is the argmax of the logits and nothing else is read from them
+    /// (greedy, no penalties, no log-probabilities), so that a model may pick it where the
+    /// logits are ([`crate::engine::CausalLm::forward_argmax`]) and feed it to
+    /// [`Self::push_argmax`].
+    pub fn needs_only_argmax(&self) -> bool {
+        self.sampler.picks_argmax() && self.top_logprobs.is_none()
+    }
+
     /// Takes the logits of the sequence's last position and generates the next token.
     pub fn push_logits(&mut self, logits: &[f32]) -> Result<DecodedToken, EngineError> {
         let id = self.sampler.sample(logits)?;
+        let logprobs = self.top_logprobs.map(|top| token_logprobs(logits, id, top));
+        self.push_token(id, logprobs)
+    }
+
+    /// Takes the argmax of the logits of the sequence's last position as the next token, for a
+    /// sequence that [needs only the argmax](Self::needs_only_argmax).
+    pub fn push_argmax(&mut self, id: u32) -> Result<DecodedToken, EngineError> {
+        if id == ARGMAX_NONE {
+            return Err(SamplingError::NoFiniteLogits.into());
+        }
+        self.push_token(id, None)
+    }
+
+    fn push_token(&mut self, id: u32, logprobs: Option<TokenLogprobs>) -> Result<DecodedToken, EngineError> {
         self.sampler.accept(id);
         self.tokens.push(id);
-        let logprobs = self.top_logprobs.map(|top| token_logprobs(logits, id, top));
         let (text, finished) = match self.tracker.push(id)? {
             // The token has no position left to be fed back at.
             OutputStep::Continue(mut text) if self.next_position() >= self.max_sequence_len => {

@@ -7,7 +7,7 @@ use canopy_models::gguf::GgufFile;
 use canopy_models::tokenizer::Tokenizer;
 
 use super::*;
-use crate::sampling::SamplingParams;
+use crate::sampling::{SamplingError, SamplingParams};
 
 const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/testdata/models/qwen3-tiny-f32.gguf");
 const VOCAB: usize = 1024;
@@ -35,11 +35,20 @@ struct ScriptedModel {
     /// Favour this token once the cache holds this many tokens.
     forced: Option<(usize, u32)>,
     fail_at_call: Option<usize>,
+    /// Every logit NaN: nothing for a sampler to pick.
+    nan_logits: bool,
 }
 
 impl ScriptedModel {
     fn new(max_len: usize) -> Self {
-        Self { cache: Vec::new(), max_len, calls: Vec::new(), forced: None, fail_at_call: None }
+        Self {
+            cache: Vec::new(),
+            max_len,
+            calls: Vec::new(),
+            forced: None,
+            fail_at_call: None,
+            nan_logits: false,
+        }
     }
 }
 
@@ -71,7 +80,13 @@ impl CausalLm for ScriptedModel {
                 _ => favourite(&self.cache),
             };
             for (id, logit) in logits[..VOCAB].iter_mut().enumerate() {
-                *logit = if id as u32 == next { 4.0 } else { (id % 7) as f32 * 0.4 };
+                *logit = if self.nan_logits {
+                    f32::NAN
+                } else if id as u32 == next {
+                    4.0
+                } else {
+                    (id % 7) as f32 * 0.4
+                };
             }
         }
         Ok(())
@@ -244,4 +259,47 @@ fn bad_requests_and_model_failures_are_errors() {
     assert!(model.calls.is_empty(), "nothing runs before the request is validated");
     model.fail_at_call = Some(1);
     assert!(matches!(attempt(&mut model, request(vec![1, 2, 3], 5, 2)), EngineError::Model(_)));
+}
+
+#[test]
+fn only_greedy_sequences_without_penalties_or_logprobs_pick_by_argmax() {
+    let tokenizer = tokenizer();
+    let needs_only_argmax = |sampling: SamplingParams, top_logprobs| {
+        let stop = StopConditions::max_tokens(4);
+        let request = GenerateRequest { prompt: PROMPT.to_vec(), sampling, stop, top_logprobs };
+        SequenceDecoder::new(&tokenizer, &request, 4096).unwrap().needs_only_argmax()
+    };
+    assert!(needs_only_argmax(SamplingParams::greedy(), None));
+    assert!(needs_only_argmax(SamplingParams { temperature: Some(0.0), ..Default::default() }, None));
+    assert!(!needs_only_argmax(SamplingParams::greedy(), Some(2)));
+    assert!(!needs_only_argmax(SamplingParams { temperature: Some(0.7), ..Default::default() }, None));
+    assert!(!needs_only_argmax(SamplingParams { repetition_penalty: Some(1.1), ..Default::default() }, None));
+}
+
+#[test]
+fn greedy_tokens_are_the_same_picked_by_argmax_or_from_the_logits() {
+    let (mut with_logprobs, chunk) = request(PROMPT.to_vec(), 12, 4);
+    with_logprobs.top_logprobs = Some(1);
+    let (from_logits, _, _) = run(&mut ScriptedModel::new(4096), &(with_logprobs, chunk));
+    assert!(from_logits.tokens.len() == 12);
+    let (by_argmax, _, _) = run(&mut ScriptedModel::new(4096), &request(PROMPT.to_vec(), 12, 4));
+    assert_eq!(by_argmax.tokens, from_logits.tokens);
+    assert_eq!(by_argmax.tokens, expected_greedy(&PROMPT, 12));
+}
+
+#[test]
+fn logits_with_nothing_finite_are_an_error_on_either_path() {
+    let tokenizer = tokenizer();
+    for top_logprobs in [None, Some(1)] {
+        let mut model = ScriptedModel::new(4096);
+        model.nan_logits = true;
+        let (mut request, chunk) = request(PROMPT.to_vec(), 5, 512);
+        request.top_logprobs = top_logprobs;
+        let error =
+            generate(&mut model, &tokenizer, &request, chunk, |_| ControlFlow::Continue(())).unwrap_err();
+        assert!(
+            matches!(error, EngineError::Sampling(SamplingError::NoFiniteLogits)),
+            "top_logprobs {top_logprobs:?}: {error}"
+        );
+    }
 }

@@ -37,13 +37,19 @@ impl Sampler {
         &self.params
     }
 
+    /// Whether [`Self::sample`] is the plain argmax of the logits (greedy, with no penalty to
+    /// apply first).
+    pub fn picks_argmax(&self) -> bool {
+        self.params.is_greedy() && self.penalties.is_none()
+    }
+
     /// Picks a token from one row of logits (one per vocabulary entry). NaN logits count as
     /// `-inf`. Does not record the token: call [`Self::accept`] once it is part of the output.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, SamplingError> {
         if logits.is_empty() {
             return Err(SamplingError::EmptyLogits);
         }
-        if self.params.is_greedy() && self.penalties.is_none() {
+        if self.picks_argmax() {
             return argmax(logits).ok_or(SamplingError::NoFiniteLogits);
         }
         self.load_candidates(logits);

@@ -70,6 +70,8 @@ pub struct Scheduler<'t, M: CausalLm> {
     running: Vec<Running<'t>>,
     free_slots: Vec<usize>,
     logits: Vec<f32>,
+    /// The argmax of each row, for steps whose sequences read nothing else from their logits.
+    argmax_ids: Vec<u32>,
     /// The counters and the draining flag; the rest is filled in by [`Self::load`].
     totals: EngineLoad,
     rates: RateWindow,
@@ -86,6 +88,7 @@ impl<'t, M: CausalLm> Scheduler<'t, M> {
         }
         Ok(Self {
             logits: vec![0.0; config.max_running * model.vocab_size()],
+            argmax_ids: vec![0; config.max_running],
             model,
             tokenizer,
             config,
@@ -217,11 +220,20 @@ impl<'t, M: CausalLm> Scheduler<'t, M> {
                 }
             })
             .collect();
-        let result = self.model.forward(&batch, &mut self.logits);
+        // When every row is picked by its argmax, the rows of logits need not leave the model.
+        let argmax_only = plan
+            .iter()
+            .filter(|planned| planned.want_logits)
+            .all(|planned| self.running[planned.index].decoder.needs_only_argmax());
+        let result = if argmax_only {
+            self.model.forward_argmax(&batch, &mut self.argmax_ids)
+        } else {
+            self.model.forward(&batch, &mut self.logits)
+        };
         drop(batch);
         let now = Instant::now();
         let mut endings = match result {
-            Ok(()) => self.sample(&plan, now),
+            Ok(()) => self.sample(&plan, argmax_only, now),
             Err(error) => {
                 let message = format!("forward pass: {error}");
                 plan.iter().map(|planned| (planned.index, Ending::Failed(message.clone()))).collect()
@@ -256,10 +268,12 @@ impl<'t, M: CausalLm> Scheduler<'t, M> {
         plan
     }
 
-    /// Feeds each planned sequence its row of logits; returns the jobs that ended.
-    fn sample(&mut self, plan: &[Planned], now: Instant) -> Vec<(usize, Ending)> {
+    /// Feeds each planned sequence its row of logits, or its argmax after an argmax-only step;
+    /// returns the jobs that ended.
+    fn sample(&mut self, plan: &[Planned], argmax_only: bool, now: Instant) -> Vec<(usize, Ending)> {
         let vocab = self.model.vocab_size();
         let mut rows = self.logits.chunks_exact(vocab);
+        let mut ids = self.argmax_ids.iter();
         let mut endings = Vec::new();
         let mut generated = 0;
         for planned in plan {
@@ -270,11 +284,16 @@ impl<'t, M: CausalLm> Scheduler<'t, M> {
             if !planned.want_logits {
                 continue;
             }
-            let Some(row) = rows.next() else {
+            let pushed = if argmax_only {
+                ids.next().map(|&id| job.decoder.push_argmax(id))
+            } else {
+                rows.next().map(|row| job.decoder.push_logits(row))
+            };
+            let Some(pushed) = pushed else {
                 endings.push((planned.index, Ending::Failed("the model returned too few logit rows".into())));
                 continue;
             };
-            match job.decoder.push_logits(row) {
+            match pushed {
                 Ok(token) => {
                     generated += 1;
                     job.note_token(now);

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 use super::lanes::sum_map;
 use super::memory::CpuTensor;
-use crate::backend::{BackendError, shape};
+use crate::backend::{ARGMAX_NONE, BackendError, shape};
 
 pub(super) fn softmax_rows(x: &mut CpuTensor, n_rows: usize, row_len: usize) -> Result<(), BackendError> {
     shape::row_reduction("softmax_rows", x, n_rows, row_len, &[], 0)?;
@@ -32,15 +32,15 @@ pub(super) fn argmax_rows(
 ) -> Result<(), BackendError> {
     shape::row_reduction("argmax_rows", x, n_rows, row_len, &[("out", out.len())], 1)?;
     out[..n_rows].par_iter_mut().zip(x.0[..n_rows * row_len].par_chunks(row_len)).for_each(|(out, row)| {
-        let mut best = 0;
-        let mut best_value = ordering_key(row[0]);
-        for (id, &v) in row.iter().enumerate().skip(1) {
+        let mut best = ARGMAX_NONE;
+        let mut best_value = f32::NEG_INFINITY;
+        for (id, &v) in row.iter().enumerate() {
             if ordering_key(v) > best_value {
-                best = id;
+                best = id as u32;
                 best_value = ordering_key(v);
             }
         }
-        *out = best as u32;
+        *out = best;
     });
     Ok(())
 }

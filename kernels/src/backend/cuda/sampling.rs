@@ -7,6 +7,8 @@ use crate::backend::{BackendError, shape};
 
 /// Threads per row (`ROW_THREADS` in sampling.cu).
 const THREADS: u32 = 256;
+/// Threads per row of `argmax_rows` (`ARGMAX_THREADS` in sampling.cu).
+const ARGMAX_THREADS: u32 = 1024;
 /// The largest `k` of `top_k_rows`: each pick rescans the row.
 pub const MAX_TOP_K: usize = 64;
 
@@ -46,7 +48,7 @@ pub(super) fn argmax_rows(
     let mut launch = device.launch(OP, "argmax_rows")?;
     launch.arg(&x.buf).arg(&row_len).arg(&mut ids);
     // SAFETY: the shape check guarantees `n_rows` rows in `x`; `ids` holds `n_rows`.
-    unsafe { launch.launch(grid(OP, n_rows, THREADS)?) }.map_err(driver(OP))?;
+    unsafe { launch.launch(grid(OP, n_rows, ARGMAX_THREADS)?) }.map_err(driver(OP))?;
     download_index(device, OP, &ids, &mut out[..n_rows])
 }
 
