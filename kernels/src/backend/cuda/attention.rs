@@ -13,9 +13,9 @@
 
 use std::sync::PoisonError;
 
-use super::CudaBackend;
 use super::context::{device_error, driver, grid, to_u32};
 use super::memory::CudaTensor;
+use super::{CudaBackend, attention_prefill};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
 
 /// Warps per block, one per query head it serves (`ATTENTION_WARPS` in attention.cu).
@@ -72,6 +72,9 @@ pub(super) fn attention(
     if params.head_dim > MAX_HEAD_DIM {
         let detail = format!("head_dim {} exceeds the CUDA kernel's {MAX_HEAD_DIM}", params.head_dim);
         return Err(BackendError::shape(OP, detail));
+    }
+    if backend.prefill_attention.as_ref().is_some_and(|prefill| prefill.takes(params, batch.n_rows())) {
+        return attention_prefill::launch(backend, q, k_pool, v_pool, batch, params, out);
     }
     // The shape check makes n_heads a positive multiple of n_kv_heads.
     let group = params.n_heads / params.n_kv_heads;

@@ -22,6 +22,7 @@
 
 mod attention;
 mod attention_inputs;
+mod attention_prefill;
 mod cache;
 mod compile;
 mod context;
@@ -60,6 +61,7 @@ use super::{
     AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, BackendError, RopeParams,
 };
 use crate::quant::GgmlType;
+use attention_prefill::PrefillAttention;
 use context::Device;
 use gemm::Gemm;
 use mmq::Mmq;
@@ -77,6 +79,8 @@ pub struct CudaBackend {
     mmq: Option<Mmq>,
     /// Softmax states of attention rows split across blocks (see attention.rs).
     attention_partials: Mutex<CudaSlice<f32>>,
+    /// Tensor-core attention for prefill-sized batches; absent before sm_80.
+    prefill_attention: Option<PrefillAttention>,
     /// Bumped whenever device data may have changed without the ops below seeing it (a graph
     /// recorded or replayed), which makes every tensor's int8 copy stale (see matmul.rs).
     epoch: AtomicU64,
@@ -90,12 +94,14 @@ impl CudaBackend {
         let gemm = Gemm::open(&device);
         let mmq = Mmq::new(&device);
         let attention_partials = Mutex::new(device.stream.alloc_zeros::<f32>(attention::PARTIALS_LEN)?);
+        let prefill_attention = PrefillAttention::new(&device);
         Ok(Self {
             device,
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
             mmq,
             attention_partials,
+            prefill_attention,
             epoch: AtomicU64::new(0),
             name: format!("cuda:{ordinal}"),
         })

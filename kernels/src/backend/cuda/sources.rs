@@ -139,7 +139,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "attention.cu",
         code: include_str!("../../../cuda/attention.cu"),
-        kernels: &["attention_dim128", "attention_dim512"],
+        kernels: &["attention_dim128", "attention_dim512", "attention_prefill"],
     },
     KernelSource { name: "probe.cu", code: include_str!("../../../cuda/probe.cu"), kernels: &["read_probe"] },
     KernelSource {

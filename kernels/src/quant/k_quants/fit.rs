@@ -64,7 +64,8 @@ pub(super) fn fit_symmetric(x: &[f32], q_lo: i32, q_hi: i32) -> f32 {
     for (levels, sign) in [(-q_lo, -1.0f32), (q_hi, 1.0)] {
         for step in -GRID_CANDIDATES..=GRID_CANDIDATES {
             let inv = sign * (levels as f32 + step as f32 * GRID_STEP) / extreme;
-            let (_, sum_qq, sum_qx) = grid_sums(x, |v| (v * inv + 0.5f32.copysign(v * inv)) as i32, q_lo, q_hi);
+            let (_, sum_qq, sum_qx) =
+                grid_sums(x, |v| (v * inv + 0.5f32.copysign(v * inv)) as i32, q_lo, q_hi);
             let sum_qq = f64::from(sum_qq);
             // The error is Σx² - (Σqx)²/Σq², so the best grid maximises (Σqx)²/Σq².
             if sum_qq > 0.0 {
