@@ -19,25 +19,6 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
-// Lets the next kernel launch once every block of this one has started, rather than when they
-// have all exited, so that it can fetch what does not depend on this kernel (a matrix-vector
-// kernel's weights) while this one runs. Safe anywhere: the next kernel still waits for this
-// one's writes before it reads or writes anything this one touches, and its early blocks only
-// take slots that no block of this kernel is still waiting for.
-__device__ __forceinline__ void launch_next_kernel() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// Asks L2 for `bytes` bytes from `start`, one request per 128-byte line spread over the block's
-// threads, without waiting for them.
-__device__ __forceinline__ void prefetch_to_l2(const u8 *start, size_t bytes) {
-    for (size_t offset = (size_t)threadIdx.x * 128; offset < bytes; offset += (size_t)blockDim.x * 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(start + offset));
-    }
-}
-
 // NVRTC has no <math.h>.
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)

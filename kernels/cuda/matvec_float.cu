@@ -94,14 +94,11 @@ template <int RUN> __device__ __forceinline__ float dot_run(const float *q, cons
 template <int FMT, int ROWS, int TILE>
 __device__ void matvec_lanes(const float *x, const u8 *weight, size_t row_bytes, u32 rows, u32 cols,
                              u32 n_rows, float *out) {
-    launch_next_kernel();
+    wait_for_previous_kernel();
     typedef Lanes<FMT> L;
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
     const u32 row0 = blockIdx.x * ROWS;
-    // The weights never depend on the previous kernel, only the activations do.
-    prefetch_to_l2(weight + (size_t)row0 * row_bytes, (size_t)(min(row0 + ROWS, rows) - row0) * row_bytes);
-    wait_for_previous_kernel();
     const u32 first = blockIdx.y * TILE;
     const u32 tile = min((u32)TILE, n_rows - first);
     const float *xs = x + (size_t)first * cols;

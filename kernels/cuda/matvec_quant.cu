@@ -20,8 +20,6 @@
 // Rows of x as int8 blocks of 32: one group of 8 lanes per block, four columns per lane.
 // `n_blocks` = n_rows * cols / 32.
 extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, float2 *scales) {
-    // A matrix-vector kernel follows: its weight loads can start while this runs.
-    launch_next_kernel();
     wait_for_previous_kernel();
     const u32 thread = blockIdx.x * blockDim.x + threadIdx.x;
     const u32 block = thread / 8;
@@ -300,7 +298,7 @@ template <> struct QLanes<FMT_Q8_0> {
 template <int FMT, int ROWS, int TILE>
 __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
                           u32 n_rows) {
-    launch_next_kernel();
+    wait_for_previous_kernel();
     typedef QLanes<FMT> L;
     const Projection projection = projection_of(projections, blockIdx.x);
     const u8 *weight = projection.weight;
@@ -310,9 +308,6 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
     const u32 row0 = projection.block * ROWS;
-    // The weights never depend on the previous kernel, only the activations do.
-    prefetch_to_l2(weight + (size_t)row0 * row_bytes, (size_t)(min(row0 + ROWS, rows) - row0) * row_bytes);
-    wait_for_previous_kernel();
     const u32 n_groups = (cols + L::GROUP_COLS - 1) / L::GROUP_COLS;
     for (u32 first = 0; first < n_rows; first += TILE) {
         const u32 tile = min((u32)TILE, n_rows - first);
