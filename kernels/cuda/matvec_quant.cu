@@ -331,6 +331,20 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
             if (!has_block) {
                 continue;
             }
+            if (TILE == 1) {
+                // One input row: each row's weights are decoded just before their dot product,
+                // so that no more than one row is held decoded and the decode kernel fits the
+                // register budget of its launch bounds.
+                typename L::Activations x;
+                L::load_x(x_q, x_scales, group, lane, x);
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    typename L::Decoded dec;
+                    L::decode(raw[r], lane, dec);
+                    acc[r][0] += L::dot(dec, x, lane);
+                }
+                continue;
+            }
             typename L::Decoded dec[ROWS];
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) {
@@ -353,22 +367,26 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
     }
 }
 
-#define MATVEC_Q8_KERNEL(NAME, FMT, ROWS, TILE)                                                   \
-    extern "C" __global__ void NAME(const u8 *x_q, const float2 *x_scales, const Projections projections, \
-                                    u32 cols, u32 n_rows) {                                        \
+#define MATVEC_Q8_KERNEL(NAME, FMT, ROWS, TILE, MIN_BLOCKS)                                       \
+    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, MIN_BLOCKS)                \
+        NAME(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols, u32 n_rows) { \
         matvec_q8<FMT, ROWS, TILE>(x_q, x_scales, projections, cols, n_rows);                      \
     }
 
 // Four weight rows per block up to four input rows, whose decoded weights and accumulators still
 // leave registers for enough blocks per SM to keep the loads in flight; two rows against tiles of
-// eight beyond.
-#define MATVEC_Q8_KERNELS(SUFFIX, FMT)                                                             \
-    MATVEC_Q8_KERNEL(matvec_q8_decode_##SUFFIX, FMT, 4, 1)                                         \
-    MATVEC_Q8_KERNEL(matvec_q8_pair_##SUFFIX, FMT, 4, 2)                                           \
-    MATVEC_Q8_KERNEL(matvec_q8_quad_##SUFFIX, FMT, 4, 4)                                           \
-    MATVEC_Q8_KERNEL(matvec_q8_batch_##SUFFIX, FMT, 2, 8)
+// eight beyond. The Q8_0 and Q4_K decode kernels are held to 64 registers a thread, eight blocks
+// per SM: a 4096-row projection's 1024 blocks then all start at once instead of in two waves (94
+// registers, five blocks per SM, measured with Nsight Compute on an H200; 8B fwd1 2.89 -> 2.70
+// ms). Q5_K and Q6_K, whose decoding needs more, spill at that bound (the LM head 146 -> 166 us)
+// and take 158 registers unbounded (178 us), so they are held to five blocks per SM.
+#define MATVEC_Q8_KERNELS(SUFFIX, FMT, DECODE_MIN_BLOCKS)                                          \
+    MATVEC_Q8_KERNEL(matvec_q8_decode_##SUFFIX, FMT, 4, 1, DECODE_MIN_BLOCKS)                      \
+    MATVEC_Q8_KERNEL(matvec_q8_pair_##SUFFIX, FMT, 4, 2, 1)                                        \
+    MATVEC_Q8_KERNEL(matvec_q8_quad_##SUFFIX, FMT, 4, 4, 1)                                        \
+    MATVEC_Q8_KERNEL(matvec_q8_batch_##SUFFIX, FMT, 2, 8, 1)
 
-MATVEC_Q8_KERNELS(q8_0, FMT_Q8_0)
-MATVEC_Q8_KERNELS(q4_k, FMT_Q4_K)
-MATVEC_Q8_KERNELS(q5_k, FMT_Q5_K)
-MATVEC_Q8_KERNELS(q6_k, FMT_Q6_K)
+MATVEC_Q8_KERNELS(q8_0, FMT_Q8_0, 8)
+MATVEC_Q8_KERNELS(q4_k, FMT_Q4_K, 8)
+MATVEC_Q8_KERNELS(q5_k, FMT_Q5_K, 5)
+MATVEC_Q8_KERNELS(q6_k, FMT_Q6_K, 5)
