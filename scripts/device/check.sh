@@ -34,7 +34,7 @@ if has parity; then
     same_ids models/testdata/models/qwen3-tiny-f32.gguf "Hello there" 24 | tee -a "$out/ids.txt"
     if command -v cuobjdump >/dev/null; then
         for cubin in "$CANOPY_KERNEL_CACHE"/*; do cuobjdump -res-usage "$cubin" 2>/dev/null; done >"$out/resources.txt"
-        grep -A1 "matvec_decode_q4_k\|matvec_batch_q4_k\|matvec_decode_q6_k\|mmq_q4_k_24\|mmq_q6_k_24" "$out/resources.txt" | grep -o "REG:[0-9]*\|STACK:[0-9]*\|LOCAL:[0-9]*" | tr '\n' ' '; echo
+        grep -A1 "matvec_q8_decode_q4_k\|matvec_q8_decode_q6_k\|mmq_q4_k_24\|mmq_q6_k_24" "$out/resources.txt" | grep -o "REG:[0-9]*\|STACK:[0-9]*\|LOCAL:[0-9]*" | tr '\n' ' '; echo
     fi
 fi
 if has small; then
