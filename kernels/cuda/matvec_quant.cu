@@ -22,28 +22,9 @@
 extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, float2 *scales) {
     wait_for_previous_kernel();
     const u32 thread = blockIdx.x * blockDim.x + threadIdx.x;
-    const u32 block = thread / 8;
-    const bool live = block < n_blocks;
+    const bool live = thread / 8 < n_blocks;
     const float4 v = live ? ((const float4 *)x)[thread] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    float sum = (v.x + v.y) + (v.z + v.w);
-#pragma unroll
-    for (int offset = 4; offset > 0; offset >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, offset));
-        sum += __shfl_xor_sync(FULL_MASK, sum, offset);
-    }
-    const float d = amax / 127.0f;
-    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const u32 packed = (u32)(__float2int_rn(v.x * inverse) & 0xff) |
-                       ((u32)(__float2int_rn(v.y * inverse) & 0xff) << 8) |
-                       ((u32)(__float2int_rn(v.z * inverse) & 0xff) << 16) |
-                       ((u32)(__float2int_rn(v.w * inverse) & 0xff) << 24);
-    if (live) {
-        q[thread] = packed;
-        if (thread % 8 == 0) {
-            scales[block] = make_float2(d, sum);
-        }
-    }
+    store_q8_quad(v, thread, live, q, scales);
 }
 
 // How a warp's lanes share a format. A group is GROUP_COLS columns of a weight row.

@@ -30,9 +30,11 @@ template <bool PER_WARP> struct NormGroup {
     }
 };
 
-template <bool PER_WARP, bool ADD>
+// With QUANTIZE, the output also goes to the int8 copy the matmuls read (store_q8_quad), which
+// saves their quantize_q8 launch; the rows are then a whole number of Q8_BLOCK.
+template <bool PER_WARP, bool ADD, bool QUANTIZE>
 __device__ void norm_in_registers(float *x, const float *delta, const float *weight, u32 row_len, u32 n_rows,
-                                  float eps, float *out) {
+                                  float eps, float *out, u32 *q, float2 *q_scales) {
     wait_for_previous_kernel();
     const NormGroup<PER_WARP> group;
     // Warp-uniform: a whole warp leaves together, before any shuffle.
@@ -64,10 +66,18 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
 #pragma unroll
     for (int k = 0; k < NORM_MAX_VECS; ++k) {
         const u32 i = group.thread + k * group.threads;
-        if (i < n_vecs) {
+        const bool live = i < n_vecs;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (live) {
             const float4 w = weight4[i];
-            out4[i] = make_float4(v[k].x * inv_rms * w.x, v[k].y * inv_rms * w.y, v[k].z * inv_rms * w.z,
-                                  v[k].w * inv_rms * w.w);
+            o = make_float4(v[k].x * inv_rms * w.x, v[k].y * inv_rms * w.y, v[k].z * inv_rms * w.z,
+                            v[k].w * inv_rms * w.w);
+            out4[i] = o;
+        }
+        // A group's threads come in whole warps, and a block of 32 columns in 8 consecutive
+        // lanes, since groups are multiples of 32 threads and rows of 32 columns.
+        if (QUANTIZE) {
+            store_q8_quad(o, offset / 4 + i, live, q, q_scales);
         }
     }
 }
@@ -75,12 +85,24 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
 #define NORM_KERNELS(SUFFIX, PER_WARP)                                                             \
     extern "C" __global__ void rms_norm_##SUFFIX(const float *x, const float *weight, u32 row_len,  \
                                                  u32 n_rows, float eps, float *out) {              \
-        norm_in_registers<PER_WARP, false>((float *)x, NULL, weight, row_len, n_rows, eps, out);   \
+        norm_in_registers<PER_WARP, false, false>((float *)x, NULL, weight, row_len, n_rows, eps, out, NULL, \
+                                                  NULL);                                           \
     }                                                                                              \
     extern "C" __global__ void add_rms_norm_##SUFFIX(float *residual, const float *delta,          \
                                                      const float *weight, u32 row_len, u32 n_rows, \
                                                      float eps, float *out) {                      \
-        norm_in_registers<PER_WARP, true>(residual, delta, weight, row_len, n_rows, eps, out);     \
+        norm_in_registers<PER_WARP, true, false>(residual, delta, weight, row_len, n_rows, eps, out, NULL, NULL); \
+    }                                                                                              \
+    extern "C" __global__ void rms_norm_q8_##SUFFIX(const float *x, const float *weight, u32 row_len, \
+                                                    u32 n_rows, float eps, float *out, u32 *q,     \
+                                                    float2 *q_scales) {                            \
+        norm_in_registers<PER_WARP, false, true>((float *)x, NULL, weight, row_len, n_rows, eps, out, q, \
+                                                 q_scales);                                        \
+    }                                                                                              \
+    extern "C" __global__ void add_rms_norm_q8_##SUFFIX(float *residual, const float *delta,       \
+                                                        const float *weight, u32 row_len, u32 n_rows, \
+                                                        float eps, float *out, u32 *q, float2 *q_scales) { \
+        norm_in_registers<PER_WARP, true, true>(residual, delta, weight, row_len, n_rows, eps, out, q, q_scales); \
     }
 
 NORM_KERNELS(warp, true)

@@ -147,6 +147,34 @@ __device__ __forceinline__ u32 byte_of(u32 word, int index) { return (word >> (8
 #define Q8_BLOCK 32
 #define MAX_PROJECTIONS 3
 
+// Rounds `v`, four consecutive values of a flat array whose blocks of Q8_BLOCK are held by eight
+// consecutive lanes of a warp (lanes 8j..8j+7, in order), to int8 with its block's scale d =
+// max |x| / 127, and stores the four quants at q[quad] and, from the block's first lane, (d, sum
+// of the block's floats) at scales[quad / 8]. The eight lanes reduce together, so every lane of
+// the warp calls it; lanes with `live` false hold zeros and store nothing. The int8 matmuls
+// read this copy (matvec_quant.cu, mmq.cu); norms and SwiGLU write it along with their output.
+__device__ __forceinline__ void store_q8_quad(float4 v, size_t quad, bool live, u32 *q, float2 *scales) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    float sum = (v.x + v.y) + (v.z + v.w);
+#pragma unroll
+    for (int offset = 4; offset > 0; offset >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, offset));
+        sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+    }
+    const float d = amax / 127.0f;
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const u32 packed = (u32)(__float2int_rn(v.x * inverse) & 0xff) |
+                       ((u32)(__float2int_rn(v.y * inverse) & 0xff) << 8) |
+                       ((u32)(__float2int_rn(v.z * inverse) & 0xff) << 16) |
+                       ((u32)(__float2int_rn(v.w * inverse) & 0xff) << 24);
+    if (live) {
+        q[quad] = packed;
+        if (quad % 8 == 0) {
+            scales[quad / 8] = make_float2(d, sum);
+        }
+    }
+}
+
 // Weights multiplied by one input in one launch: blocks first_block[p]..first_block[p + 1] compute
 // rows of weight p (`Projections` in matmul.rs has the same layout).
 struct Projections {

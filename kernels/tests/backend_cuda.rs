@@ -643,6 +643,88 @@ fn construction_without_a_driver_is_an_error_not_a_panic() {
     }
 }
 
+/// Norms and SwiGLU write the int8 copy of their output that the quantized matmuls read instead
+/// of quantizing it themselves (rows of whole blocks of 32: per-warp and per-block norm kernels,
+/// SwiGLU over 4 and 23 rows). The matmul after each must match the CPU's.
+#[test]
+fn int8_copies_written_by_norms_and_swiglu_feed_the_matmuls() {
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(14);
+    for (cols, n_rows) in [(512, 1), (512, 23), (2048, 4), (4096, 1)] {
+        let ty = GgmlType::Q4K;
+        let rows = 96;
+        let bytes = random_weight(ty, rows, cols, &mut rng);
+        let weights = (
+            cpu.upload_weight(ty, rows, cols, &bytes).unwrap(),
+            gpu.upload_weight(ty, rows, cols, &bytes).unwrap(),
+        );
+        let n = n_rows * cols;
+        let [residual, delta, gate, up] = [(); 4].map(|_| gaussian_row(n, 1.0, &mut rng));
+        let norm = gaussian_row(cols, 1.0, &mut rng);
+        // add_rms_norm, then the matmul.
+        let (mut cpu_residual, mut gpu_residual) =
+            (cpu.upload(&residual).unwrap(), gpu.upload(&residual).unwrap());
+        let (mut cpu_x, mut gpu_x) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
+        let (cpu_norm, gpu_norm) = (cpu.upload(&norm).unwrap(), gpu.upload(&norm).unwrap());
+        cpu.add_rms_norm(
+            &mut cpu_residual,
+            &cpu.upload(&delta).unwrap(),
+            &cpu_norm,
+            n_rows,
+            1e-6,
+            &mut cpu_x,
+        )
+        .unwrap();
+        gpu.add_rms_norm(
+            &mut gpu_residual,
+            &gpu.upload(&delta).unwrap(),
+            &gpu_norm,
+            n_rows,
+            1e-6,
+            &mut gpu_x,
+        )
+        .unwrap();
+        let (mut cpu_out, mut gpu_out) =
+            (cpu.zeros(n_rows * rows).unwrap(), gpu.zeros(n_rows * rows).unwrap());
+        cpu.matmul(&cpu_x, &weights.0, n_rows, &mut cpu_out).unwrap();
+        gpu.matmul(&gpu_x, &weights.1, n_rows, &mut gpu_out).unwrap();
+        let m = n_rows * rows;
+        let tolerance = matmul_tolerance(ty, n_rows);
+        check(
+            &format!("norm -> matmul {cols} cols by {n_rows}"),
+            &fetch(gpu, &gpu_out, m),
+            &fetch(&cpu, &cpu_out, m),
+            tolerance,
+        );
+        // rms_norm of the new residual, then the matmul: the copy is rewritten.
+        cpu.rms_norm(&cpu_residual, &cpu_norm, n_rows, 1e-6, &mut cpu_x).unwrap();
+        gpu.rms_norm(&gpu_residual, &gpu_norm, n_rows, 1e-6, &mut gpu_x).unwrap();
+        cpu.matmul(&cpu_x, &weights.0, n_rows, &mut cpu_out).unwrap();
+        gpu.matmul(&gpu_x, &weights.1, n_rows, &mut gpu_out).unwrap();
+        check(
+            &format!("rms_norm -> matmul {cols} cols by {n_rows}"),
+            &fetch(gpu, &gpu_out, m),
+            &fetch(&cpu, &cpu_out, m),
+            tolerance,
+        );
+        // SwiGLU, then the matmul.
+        let (cpu_gate, gpu_gate) = (cpu.upload(&gate).unwrap(), gpu.upload(&gate).unwrap());
+        let (cpu_up, gpu_up) = (cpu.upload(&up).unwrap(), gpu.upload(&up).unwrap());
+        cpu.swiglu(&cpu_gate, &cpu_up, n, &mut cpu_x).unwrap();
+        gpu.swiglu(&gpu_gate, &gpu_up, n, &mut gpu_x).unwrap();
+        check(&format!("swiglu {n}"), &fetch(gpu, &gpu_x, n), &fetch(&cpu, &cpu_x, n), 2e-6);
+        cpu.matmul(&cpu_x, &weights.0, n_rows, &mut cpu_out).unwrap();
+        gpu.matmul(&gpu_x, &weights.1, n_rows, &mut gpu_out).unwrap();
+        check(
+            &format!("swiglu -> matmul {cols} cols by {n_rows}"),
+            &fetch(gpu, &gpu_out, m),
+            &fetch(&cpu, &cpu_out, m),
+            tolerance,
+        );
+    }
+}
+
 /// The int8 copy a quantized matmul keeps of its input must not outlive the input's contents:
 /// neither when an op rewrites the input between two matmuls, nor across graph replays, whose
 /// ops the host never sees. The batch of 23 rows takes the int8 tensor-core kernel with K split in

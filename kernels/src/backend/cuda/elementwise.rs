@@ -1,6 +1,12 @@
-//! `add` and `swiglu`, one thread per element.
+//! `add` and `swiglu`, one thread per element (SwiGLU four per thread when it also writes the
+//! int8 copy of its output).
 
-use super::context::{Device, driver, per_element};
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+
+use super::CudaBackend;
+use super::context::{Device, driver, per_element, to_u32};
+use super::matmul::Q8_BLOCK;
 use super::memory::CudaTensor;
 use crate::backend::{BackendError, shape};
 
@@ -23,22 +29,38 @@ pub(super) fn add(
     Ok(())
 }
 
+/// When `len` is a whole number of blocks of 32, the kernel also writes the int8 copy of `out`
+/// (see matmul.rs), which spares the down projection its quantize_q8 launch.
 pub(super) fn swiglu(
-    device: &Device,
+    backend: &CudaBackend,
     gate: &CudaTensor,
     up: &CudaTensor,
     len: usize,
     out: &mut CudaTensor,
 ) -> Result<(), BackendError> {
     const OP: &str = "swiglu";
+    let device = &backend.device;
     shape::elementwise(OP, &[("gate", gate.len), ("up", up.len), ("out", out.len)], len)?;
     if len == 0 {
         return Ok(());
     }
-    let n = len as u64;
-    let mut launch = device.launch(OP, "swiglu")?;
-    launch.arg(&gate.buf).arg(&up.buf).arg(&n).arg(&mut out.buf);
-    // SAFETY: the shape check guarantees every buffer holds `len` elements.
-    unsafe { launch.launch(per_element(OP, len)?) }.map_err(driver(OP))?;
+    if !len.is_multiple_of(Q8_BLOCK) {
+        let n = len as u64;
+        let mut launch = device.launch(OP, "swiglu")?;
+        launch.arg(&gate.buf).arg(&up.buf).arg(&n).arg(&mut out.buf);
+        // SAFETY: the shape check guarantees every buffer holds `len` elements.
+        unsafe { launch.launch(per_element(OP, len)?) }.map_err(driver(OP))?;
+        return Ok(());
+    }
+    let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
+    let n_quads = to_u32(OP, "len / 4", len / 4)?;
+    let mut launch = device.launch(OP, "swiglu_q8")?;
+    launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&mut out.buf);
+    launch.arg(copy.values.at_least(device, OP, len)?);
+    launch.arg(copy.scales.at_least(device, OP, 2 * len / Q8_BLOCK)?);
+    // SAFETY: the shape check guarantees every buffer holds `len` elements, a whole number of
+    // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block).
+    unsafe { launch.launch(per_element(OP, len / 4)?) }.map_err(driver(OP))?;
+    copy.valid_for = Some((backend.epoch.load(Ordering::Relaxed), len));
     Ok(())
 }

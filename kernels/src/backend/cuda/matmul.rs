@@ -23,7 +23,7 @@ const OP: &str = "matmul";
 /// Warps per block, which split each row between them (`MATVEC_WARPS`, `QMATVEC_WARPS`).
 const WARPS: u32 = 4;
 /// Columns per activation scale of the int8 kernels (`Q8_BLOCK`).
-const Q8_BLOCK: usize = 32;
+pub(super) const Q8_BLOCK: usize = 32;
 /// Activation blocks `quantize_q8` gives one thread each group of eight lanes.
 const LANES_PER_Q8_BLOCK: usize = 8;
 /// Weights the int8 kernels multiply by one input in one launch (`MAX_PROJECTIONS`).

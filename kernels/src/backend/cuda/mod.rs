@@ -206,7 +206,7 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
         out.invalidate_quantized();
-        norm::rms_norm(&self.device, x, weight, n_rows, eps, out)
+        norm::rms_norm(self, x, weight, n_rows, eps, out)
     }
 
     fn add_rms_norm(
@@ -220,7 +220,7 @@ impl Backend for CudaBackend {
     ) -> Result<(), BackendError> {
         residual.invalidate_quantized();
         out.invalidate_quantized();
-        norm::add_rms_norm(&self.device, residual, delta, weight, n_rows, eps, out)
+        norm::add_rms_norm(self, residual, delta, weight, n_rows, eps, out)
     }
 
     fn matmul(
@@ -341,7 +341,7 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
         out.invalidate_quantized();
-        elementwise::swiglu(&self.device, gate, up, len, out)
+        elementwise::swiglu(self, gate, up, len, out)
     }
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor, len: usize) -> Result<(), BackendError> {

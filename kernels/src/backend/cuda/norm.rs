@@ -1,9 +1,16 @@
 //! RMS norms (norm.cu): rows held in registers by one warp or one block each where they fit,
-//! else one looping block per row.
+//! else one looping block per row. The register kernels also write the output's int8 copy when
+//! rows are whole blocks of 32, so that the quantized matmuls reading the output (q/k/v, gate/up,
+//! the LM head) skip their quantize_q8 launch.
 
 use cudarc::driver::LaunchConfig;
 
-use super::context::{Device, driver, grid, to_u32};
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+
+use super::CudaBackend;
+use super::context::{driver, grid, to_u32};
+use super::matmul::Q8_BLOCK;
 use super::memory::CudaTensor;
 use crate::backend::{BackendError, shape};
 
@@ -25,15 +32,24 @@ enum Variant {
 }
 
 impl Variant {
-    fn kernel(self, add: bool) -> &'static str {
-        match (self, add) {
-            (Variant::Looping, false) => "rms_norm",
-            (Variant::Looping, true) => "add_rms_norm",
-            (Variant::PerWarp, false) => "rms_norm_warp",
-            (Variant::PerWarp, true) => "add_rms_norm_warp",
-            (Variant::PerBlock, false) => "rms_norm_block",
-            (Variant::PerBlock, true) => "add_rms_norm_block",
+    fn kernel(self, add: bool, quantize: bool) -> &'static str {
+        match (self, add, quantize) {
+            (Variant::Looping, false, _) => "rms_norm",
+            (Variant::Looping, true, _) => "add_rms_norm",
+            (Variant::PerWarp, false, false) => "rms_norm_warp",
+            (Variant::PerWarp, true, false) => "add_rms_norm_warp",
+            (Variant::PerBlock, false, false) => "rms_norm_block",
+            (Variant::PerBlock, true, false) => "add_rms_norm_block",
+            (Variant::PerWarp, false, true) => "rms_norm_q8_warp",
+            (Variant::PerWarp, true, true) => "add_rms_norm_q8_warp",
+            (Variant::PerBlock, false, true) => "rms_norm_q8_block",
+            (Variant::PerBlock, true, true) => "add_rms_norm_q8_block",
         }
+    }
+
+    /// Whether the kernel writes the int8 copy too: a register kernel, on rows of whole blocks.
+    fn quantizes(self, row_len: usize) -> bool {
+        self != Variant::Looping && row_len.is_multiple_of(Q8_BLOCK)
     }
 }
 
@@ -51,7 +67,7 @@ fn plan(op: &'static str, row_len: usize, n_rows: usize) -> Result<(Variant, Lau
 }
 
 pub(super) fn rms_norm(
-    device: &Device,
+    backend: &CudaBackend,
     x: &CudaTensor,
     weight: &CudaTensor,
     n_rows: usize,
@@ -63,24 +79,36 @@ pub(super) fn rms_norm(
     if n_rows == 0 {
         return Ok(());
     }
+    let (device, epoch) = (&backend.device, backend.epoch.load(Ordering::Relaxed));
     let (variant, config) = plan(OP, row_len, n_rows)?;
+    let quantize = variant.quantizes(row_len);
+    let n_values = n_rows * row_len;
+    let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
     let row_len = to_u32(OP, "row length", row_len)?;
     let n_rows = to_u32(OP, "n_rows", n_rows)?;
-    let mut launch = device.launch(OP, variant.kernel(false))?;
+    let mut launch = device.launch(OP, variant.kernel(false, quantize))?;
     launch.arg(&x.buf).arg(&weight.buf).arg(&row_len);
     // The register kernels give whole warps rows, so they check the row count themselves.
     if variant != Variant::Looping {
         launch.arg(&n_rows);
     }
     launch.arg(&eps).arg(&mut out.buf);
+    if quantize {
+        launch.arg(copy.values.at_least(device, OP, n_values)?);
+        launch.arg(copy.scales.at_least(device, OP, 2 * n_values / Q8_BLOCK)?);
+    }
     // SAFETY: the shape check guarantees `n_rows` rows in `x` and `out`; the register kernels only
-    // run on rows that are whole float4.
+    // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
+    // copy holds a byte per value and two floats per block.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
+    if quantize {
+        copy.valid_for = Some((epoch, n_values));
+    }
     Ok(())
 }
 
 pub(super) fn add_rms_norm(
-    device: &Device,
+    backend: &CudaBackend,
     residual: &mut CudaTensor,
     delta: &CudaTensor,
     weight: &CudaTensor,
@@ -94,17 +122,29 @@ pub(super) fn add_rms_norm(
     if n_rows == 0 {
         return Ok(());
     }
+    let (device, epoch) = (&backend.device, backend.epoch.load(Ordering::Relaxed));
     let (variant, config) = plan(OP, row_len, n_rows)?;
+    let quantize = variant.quantizes(row_len);
+    let n_values = n_rows * row_len;
+    let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
     let row_len = to_u32(OP, "row length", row_len)?;
     let n_rows = to_u32(OP, "n_rows", n_rows)?;
-    let mut launch = device.launch(OP, variant.kernel(true))?;
+    let mut launch = device.launch(OP, variant.kernel(true, quantize))?;
     launch.arg(&mut residual.buf).arg(&delta.buf).arg(&weight.buf).arg(&row_len);
     if variant != Variant::Looping {
         launch.arg(&n_rows);
     }
     launch.arg(&eps).arg(&mut out.buf);
+    if quantize {
+        launch.arg(copy.values.at_least(device, OP, n_values)?);
+        launch.arg(copy.scales.at_least(device, OP, 2 * n_values / Q8_BLOCK)?);
+    }
     // SAFETY: the shape check guarantees `n_rows` rows in every buffer; the register kernels only
-    // run on rows that are whole float4.
+    // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
+    // copy holds a byte per value and two floats per block.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
+    if quantize {
+        copy.valid_for = Some((epoch, n_values));
+    }
     Ok(())
 }

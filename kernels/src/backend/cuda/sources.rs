@@ -21,7 +21,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "elementwise.cu",
         code: include_str!("../../../cuda/elementwise.cu"),
-        kernels: &["add", "swiglu"],
+        kernels: &["add", "swiglu", "swiglu_q8"],
     },
     KernelSource {
         name: "norm.cu",
@@ -33,6 +33,10 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "add_rms_norm_warp",
             "rms_norm_block",
             "add_rms_norm_block",
+            "rms_norm_q8_warp",
+            "add_rms_norm_q8_warp",
+            "rms_norm_q8_block",
+            "add_rms_norm_q8_block",
         ],
     },
     KernelSource { name: "rope.cu", code: include_str!("../../../cuda/rope.cu"), kernels: &["rope"] },
