@@ -118,6 +118,37 @@ fn greedy_output_is_the_same_batched_as_alone() {
     assert_eq!(load.kv_blocks_used, 0, "finished sequences give their KV blocks back");
 }
 
+/// Steps whose sequences are all greedy without log-probabilities take the argmax where the
+/// logits are; a sequence that wants log-probabilities puts its steps on the logits path. Both
+/// kinds of step, and a mix of both kinds of sequence in one step, give the tokens of a lone run.
+#[test]
+fn argmax_steps_and_logits_steps_give_the_same_tokens() {
+    let tokenizer = tiny_tokenizer();
+    let mut requests: Vec<GenerateRequest> =
+        PROMPTS.iter().map(|prompt| greedy(&tokenizer, prompt, 12)).collect();
+    // Ends first, so the steps after it pick by argmax alone.
+    requests[1].top_logprobs = Some(2);
+    requests[1].stop.max_tokens = 4;
+    let alone: Vec<Vec<u32>> = requests
+        .iter()
+        .map(|request| {
+            let mut model = tiny_model(1, 64);
+            generate(&mut model, &tokenizer, request, 64, |_| ControlFlow::Continue(())).unwrap().tokens
+        })
+        .collect();
+    let mut scheduler = scheduler(&tokenizer, config(4, 8, 64));
+    let mut receivers: Vec<_> =
+        requests.iter().map(|request| submit(&mut scheduler, request.clone(), 0)).collect();
+    run_until_idle(&mut scheduler);
+    for (index, (receiver, tokens)) in receivers.iter_mut().zip(&alone).enumerate() {
+        let events = drain_events(receiver);
+        let with_logprobs =
+            events.iter().filter(|e| matches!(e, JobEvent::Token(t) if t.logprobs.is_some())).count();
+        assert_eq!(with_logprobs, if index == 1 { 4 } else { 0 }, "request {index}");
+        assert_eq!(&outcome(&events).0, tokens, "request {index}");
+    }
+}
+
 #[test]
 fn waiting_jobs_run_by_priority_then_arrival_and_hear_their_positions() {
     let tokenizer = tiny_tokenizer();
