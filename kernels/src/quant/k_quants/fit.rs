@@ -79,8 +79,9 @@ pub(super) fn fit_symmetric(x: &[f32], q_lo: i32, q_hi: i32) -> f32 {
     best.1
 }
 
-/// `(Σq, Σq², Σq·x)` over `x` with `q = quantize(x)` clamped to `q_lo..=q_hi`. The integer sums
-/// are exact; `Σq·x` runs in four f64 lanes (each product is exact in f64) so that the searches
+/// `(Σq, Σq², Σq·x)` over `x`, one sub-block, with `q = quantize(x)` clamped to `q_lo..=q_hi`.
+/// The integer sums are exact (and far from overflowing: 32 values of 6 bits); `Σq·x` runs in
+/// four f64 lanes (each product is exact in f64) so that the searches
 /// above, which call this for every candidate grid, are not bound by one long chain of adds.
 #[inline(always)]
 fn grid_sums(x: &[f32], quantize: impl Fn(f32) -> i32, q_lo: i32, q_hi: i32) -> (i32, i32, f64) {
