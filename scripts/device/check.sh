@@ -3,12 +3,20 @@
 # reference logits and CPU-vs-CUDA greedy ids,
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
-# Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [bf16]
-# (default: parity small 8b). Build them here first with scripts/device/build.sh.
+# Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [bf16] [ab]
+# (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
+# scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's base revision).
 set -uo pipefail
 bin=${BIN:-target/device}
 out=${OUT:-/tmp/canopy-out}
 mkdir -p "$out"
+if [ -f "$bin/canopy.tar.xz" ]; then
+    unpacked=/tmp/canopy-bin
+    mkdir -p "$unpacked"
+    for archive in "$bin"/*.tar.xz; do tar xJf "$archive" -C "$unpacked"; done
+    cp "$bin"/backend_cuda "$bin"/qwen3_cuda "$bin"/cuda_matmul_timing "$unpacked"/
+    bin=$unpacked
+fi
 steps=${*:-parity small 8b}
 models=/tmp/canopy-models
 mkdir -p "$models"
@@ -103,4 +111,16 @@ fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null
     "$bin/canopy" bench "$models/b8b.gguf" --backend cuda --prefill 512 --decode 128 --forward 1,23 --repetitions 3 2>&1 | tee "$out/bench-b8b.txt"
+fi
+if has ab; then
+    # The same decode and verify measurements with pack.sh's base build and this one, alternating,
+    # in one call on one file.
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --out "$models/q8b.gguf" >/dev/null
+    for build in base new base new; do
+        canopy=$bin/canopy
+        [ "$build" = base ] && canopy=$bin/canopy-base
+        echo "== $build"
+        "$canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,23 --repetitions 3 2>&1 |
+            grep -E "tg|fwd"
+    done | tee "$out/ab.txt"
 fi
