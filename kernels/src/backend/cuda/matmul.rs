@@ -2,7 +2,8 @@
 //!
 //! Block-quantized weights (Q8_0, Q4_K, Q5_K, Q6_K) take the int8 kernels of matvec_quant.cu:
 //! `quantize_q8` rounds `x` to int8 blocks of 32 into a copy kept with the tensor (reused until
-//! the tensor is written again), then dp4a dot products read each weight byte once; up to three
+//! the tensor is written again; norms and SwiGLU write it along with their output, norm.rs and
+//! elementwise.rs), then dp4a dot products read each weight byte once; up to three
 //! weights of one type applied to the same input share a launch. Verify-sized batches (5 to 64
 //! rows, see mmq.rs) take the tensor-core kernels of mmq.cu on the same int8 copy instead.
 //! Element-wise weights (F32, F16, BF16) take the float kernels of matvec_float.cu. The int8 and
