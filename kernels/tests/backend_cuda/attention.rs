@@ -1,0 +1,223 @@
+//! Attention and its fused inputs against the CPU: every mask, split decode rows, recorded
+//! replays, and prefill batches on the tensor cores.
+
+use super::*;
+
+/// The fused attention inputs (per-head norms, RoPE, KV writes) against the CPU's six ops.
+#[test]
+fn attention_inputs_match_cpu() {
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(12);
+    let positions = [0u32, 1, 7, 100, 1000, 4096];
+    let slots = [9u32, 2, 15, 0, 11, 4];
+    let (n_rows, pool_rows) = (positions.len(), 16);
+    for style in [RopeStyle::Neox, RopeStyle::Normal] {
+        for (n_heads, n_kv_heads, head_dim, rotary_dim) in [(32, 8, 128, 128), (4, 2, 64, 32), (6, 3, 96, 96)]
+        {
+            let rope = |n_heads| RopeParams { n_heads, head_dim, rotary_dim, theta: 1_000_000.0, style };
+            let (q_rope, k_rope) = (rope(n_heads), rope(n_kv_heads));
+            let host = [
+                gaussian_row(n_rows * q_rope.row_len(), 1.0, &mut rng),
+                gaussian_row(n_rows * k_rope.row_len(), 1.0, &mut rng),
+                gaussian_row(n_rows * k_rope.row_len(), 1.0, &mut rng),
+                gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect(),
+                gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect(),
+                gaussian_row(pool_rows * k_rope.row_len(), 1.0, &mut rng),
+            ];
+            let label = format!(
+                "attention_inputs {style:?} {n_heads}/{n_kv_heads} heads of {head_dim}, rotary {rotary_dim}"
+            );
+            let on_cpu = fused_inputs(&cpu, &host, &positions, &slots, q_rope, k_rope);
+            let on_gpu = fused_inputs(gpu, &host, &positions, &slots, q_rope, k_rope);
+            for (name, (got, want)) in ["q", "k", "k_pool", "v_pool"].iter().zip(on_gpu.iter().zip(&on_cpu)) {
+                check(&format!("{label}: {name}"), got, want, 1e-4);
+            }
+        }
+    }
+}
+
+/// Runs `attention_inputs` on `backend` over the host tensors (q_raw, k_raw, v, q_norm, k_norm,
+/// and the starting contents of both pools) and returns q, k and both pools.
+fn fused_inputs<B: Backend>(
+    backend: &B,
+    host: &[Vec<f32>; 6],
+    positions: &[u32],
+    slots: &[u32],
+    q_rope: RopeParams,
+    k_rope: RopeParams,
+) -> Vec<Vec<f32>> {
+    let [q_raw, k_raw, v, q_norm, k_norm, pool] = host.each_ref().map(|data| backend.upload(data).unwrap());
+    let (positions, slots) = (backend.upload_index(positions).unwrap(), backend.upload_index(slots).unwrap());
+    let n_rows = positions.len();
+    let inputs = AttentionInputs {
+        q_raw: &q_raw,
+        k_raw: &k_raw,
+        v: &v,
+        q_norm: &q_norm,
+        k_norm: &k_norm,
+        eps: 1e-6,
+        positions: &positions,
+        slots: &slots,
+        n_rows,
+        q_rope,
+        k_rope,
+    };
+    let (mut q, mut k) = (backend.zeros(q_raw.len()).unwrap(), backend.zeros(k_raw.len()).unwrap());
+    let (mut k_pool, mut v_pool) = (backend.upload(&host[5]).unwrap(), pool);
+    let targets = AttentionTargets { q: &mut q, k: &mut k, k_pool: &mut k_pool, v_pool: &mut v_pool };
+    backend.attention_inputs(&inputs, targets).unwrap();
+    [&q, &k, &k_pool, &v_pool].map(|tensor| fetch(backend, tensor, tensor.len())).to_vec()
+}
+
+/// One sequence of the attention test: its shape and its pool blocks.
+struct Sequence {
+    n_past: usize,
+    n_new: usize,
+    mask: Mask<'static>,
+    table: Vec<u32>,
+}
+
+#[test]
+fn attention_matches_cpu_for_every_mask() {
+    let Some(gpu) = cuda() else { return };
+    let mut rng = Rng::new(9);
+    static TREE: [u32; 6] = [TREE_ROOT, 0, 0, 1, TREE_ROOT, 4];
+    let block_size = 4;
+    let sequences = [
+        Sequence { n_past: 0, n_new: 7, mask: Mask::Causal, table: vec![3, 0] },
+        Sequence { n_past: 37, n_new: 1, mask: Mask::Causal, table: (4..14).rev().collect() },
+        Sequence { n_past: 5, n_new: 4, mask: Mask::Bidirectional, table: vec![14, 1, 2] },
+        Sequence { n_past: 9, n_new: 6, mask: Mask::Tree(&TREE), table: vec![15, 16, 17, 18] },
+        Sequence { n_past: 3, n_new: 0, mask: Mask::Causal, table: vec![19] },
+        // Many tiles of keys.
+        Sequence { n_past: 700, n_new: 3, mask: Mask::Causal, table: (20..196).rev().collect() },
+        // Enough rows that 4 KV heads fill an H200 (4 x 132 tasks) without splitting a row's keys
+        // across blocks; the other head counts still split.
+        Sequence { n_past: 0, n_new: 140, mask: Mask::Causal, table: (196..231).collect() },
+    ];
+    let specs: Vec<SequenceSpec<'_>> = sequences
+        .iter()
+        .map(|s| SequenceSpec { n_past: s.n_past, n_new: s.n_new, block_table: &s.table, mask: s.mask })
+        .collect();
+    let layout = AttentionLayout::new(block_size, &specs).unwrap();
+    // Groups of 4, 1, 2 and 3 query heads; a head_dim of 30 is no whole number of 4-float loads.
+    // The 161 rows with heads of 128 take the tensor-core kernel, every mask included.
+    for heads in [(8, 2, 128), (4, 4, 64), (2, 1, 256), (3, 1, 30)] {
+        attention_parity(gpu, &layout, heads, &mut rng);
+    }
+}
+
+/// Prefill-sized batches with heads of 128 take the tensor-core kernel: tiles of 16 rows that end
+/// mid-sequence, a chunk after 300 cached positions (keys in tiles of 64 that the rows see in
+/// part), several sequences in one batch, and groups of 4, 2 and 8 query heads (two blocks of 4).
+#[test]
+fn prefill_attention_matches_cpu() {
+    let Some(gpu) = cuda() else { return };
+    let mut rng = Rng::new(13);
+    let sequences = [
+        Sequence { n_past: 0, n_new: 77, mask: Mask::Causal, table: (0..5).rev().collect() },
+        Sequence { n_past: 300, n_new: 64, mask: Mask::Causal, table: (5..28).collect() },
+        Sequence { n_past: 0, n_new: 1, mask: Mask::Causal, table: vec![28] },
+    ];
+    let specs: Vec<SequenceSpec<'_>> = sequences
+        .iter()
+        .map(|s| SequenceSpec { n_past: s.n_past, n_new: s.n_new, block_table: &s.table, mask: s.mask })
+        .collect();
+    let layout = AttentionLayout::new(16, &specs).unwrap();
+    for heads in [(32, 8, 128), (16, 8, 128), (8, 1, 128)] {
+        attention_parity(gpu, &layout, heads, &mut rng);
+    }
+}
+
+/// A decode row over a long context is only a few tasks (one per KV head), so its keys are split
+/// across many blocks, some of which get no tile at all at 700 keys, and the last block of each
+/// task merges their states.
+#[test]
+fn attention_splits_long_decode_rows() {
+    let Some(gpu) = cuda() else { return };
+    let mut rng = Rng::new(10);
+    let block_size = 16;
+    for n_past in [700usize, 5000] {
+        let table: Vec<u32> = (0..(n_past + 1).div_ceil(block_size) as u32).rev().collect();
+        let spec = SequenceSpec { n_past, n_new: 1, block_table: &table, mask: Mask::Causal };
+        let layout = AttentionLayout::new(block_size, &[spec]).unwrap();
+        // Groups of 4 and 2; of 9, cut into blocks of 5 and 4 heads; 8 heads of the largest size,
+        // whose tiles hold fewer keys than a warp has lanes.
+        for heads in [(32, 8, 128), (16, 8, 128), (18, 2, 64), (8, 1, 512)] {
+            attention_parity(gpu, &layout, heads, &mut rng);
+        }
+    }
+}
+
+/// A recorded attention call stays right at every replay as the context under it grows: the
+/// launch depends on the shape alone, and each launch leaves the merge counters at zero for the
+/// next.
+#[test]
+fn recorded_attention_replays_at_every_context_length() {
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(12);
+    let (n_heads, n_kv_heads, head_dim) = (32, 8, 128);
+    let params = AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
+    let (block_size, max_keys) = (16, 3000usize);
+    let table: Vec<u32> = (0..max_keys.div_ceil(block_size) as u32).rev().collect();
+    let layout_at = |n_past| {
+        let spec = SequenceSpec { n_past, n_new: 1, block_table: &table, mask: Mask::Causal };
+        AttentionLayout::new(block_size, &[spec]).unwrap()
+    };
+    let pool_len = table.len() * block_size * params.kv_row_len();
+    let pools = [gaussian_row(pool_len, 1.0, &mut rng), gaussian_row(pool_len, 1.0, &mut rng)];
+    let [cpu_k, cpu_v] = pools.each_ref().map(|x| cpu.upload(x).unwrap());
+    let [gpu_k, gpu_v] = pools.each_ref().map(|x| gpu.upload(x).unwrap());
+    let n = params.q_row_len();
+    let q = gaussian_row(n, 2.0, &mut rng);
+    let (mut cpu_q, mut gpu_q) = (cpu.upload(&q).unwrap(), gpu.upload(&q).unwrap());
+    let (mut cpu_out, mut gpu_out) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
+    let mut gpu_batch = AttentionBatch::with_capacity(gpu, 1, 1, table.len()).unwrap();
+    gpu_batch.update(gpu, &layout_at(700)).unwrap();
+    let graph = gpu
+        .record(|| gpu.attention(&gpu_q, &gpu_k, &gpu_v, &gpu_batch, &params, &mut gpu_out))
+        .unwrap()
+        .unwrap();
+    for (step, n_past) in [700, 701, 2999].into_iter().enumerate() {
+        let layout = layout_at(n_past);
+        gpu_batch.update(gpu, &layout).unwrap();
+        let delta = gaussian_row(n, 1.0, &mut rng);
+        cpu.add(&mut cpu_q, &cpu.upload(&delta).unwrap(), n).unwrap();
+        gpu.add(&mut gpu_q, &gpu.upload(&delta).unwrap(), n).unwrap();
+        gpu.replay(&graph).unwrap();
+        let cpu_batch = AttentionBatch::upload(&cpu, &layout).unwrap();
+        cpu.attention(&cpu_q, &cpu_k, &cpu_v, &cpu_batch, &params, &mut cpu_out).unwrap();
+        let label = format!("replayed attention {}, {} keys", step + 1, n_past + 1);
+        check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), 1e-5);
+    }
+}
+
+/// Runs attention over `layout` with `(n_heads, n_kv_heads, head_dim)` on random inputs on both
+/// backends and compares the outputs.
+fn attention_parity(
+    gpu: &CudaBackend,
+    layout: &AttentionLayout,
+    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    rng: &mut Rng,
+) {
+    let cpu = CpuBackend::new();
+    let params = AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
+    let pool_len = layout.slots_needed() * params.kv_row_len();
+    let k_pool = gaussian_row(pool_len, 1.0, rng);
+    let v_pool = gaussian_row(pool_len, 1.0, rng);
+    let q = gaussian_row(layout.n_rows() * params.q_row_len(), 2.0, rng);
+    let n = q.len();
+    let cpu_batch = AttentionBatch::upload(&cpu, layout).unwrap();
+    let gpu_batch = AttentionBatch::upload(gpu, layout).unwrap();
+    let (mut cpu_out, mut gpu_out) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
+    let cpu_in = [&q, &k_pool, &v_pool].map(|x| cpu.upload(x).unwrap());
+    let gpu_in = [&q, &k_pool, &v_pool].map(|x| gpu.upload(x).unwrap());
+    cpu.attention(&cpu_in[0], &cpu_in[1], &cpu_in[2], &cpu_batch, &params, &mut cpu_out).unwrap();
+    gpu.attention(&gpu_in[0], &gpu_in[1], &gpu_in[2], &gpu_batch, &params, &mut gpu_out).unwrap();
+    let label = format!("attention {} rows, heads {n_heads}/{n_kv_heads} dim {head_dim}", layout.n_rows());
+    // Batches of 65 rows or more with heads of 128 take the tensor-core kernel, on f16 copies.
+    let tolerance = if head_dim == 128 && layout.n_rows() >= 65 { 2e-3 } else { 1e-5 };
+    check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), tolerance);
+}
