@@ -6,8 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::CudaBackend;
 use super::context::{Device, driver, per_element, to_u32};
-use super::matmul::Q8_BLOCK;
-use super::memory::CudaTensor;
+use super::memory::{CudaTensor, Q8_BLOCK};
 use crate::backend::{BackendError, shape};
 
 pub(super) fn add(
@@ -56,8 +55,8 @@ pub(super) fn swiglu(
     let n_quads = to_u32(OP, "len / 4", len / 4)?;
     let mut launch = device.launch(OP, "swiglu_q8")?;
     launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&mut out.buf);
-    launch.arg(copy.values.at_least(device, OP, len)?);
-    launch.arg(copy.scales.at_least(device, OP, 2 * len / Q8_BLOCK)?);
+    let (values, scales) = copy.buffers(device, OP, len)?;
+    launch.arg(values).arg(scales);
     // SAFETY: the shape check guarantees every buffer holds `len` elements, a whole number of
     // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block).
     unsafe { launch.launch(per_element(OP, len / 4)?) }.map_err(driver(OP))?;

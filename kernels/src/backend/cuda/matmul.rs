@@ -15,7 +15,7 @@ use std::sync::PoisonError;
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 
 use super::context::{Device, driver, per_element, to_u32};
-use super::memory::{CudaTensor, CudaWeight, QuantizedCopy};
+use super::memory::{CudaTensor, CudaWeight, Q8_BLOCK, QuantizedCopy};
 use super::mmq::{self, Mmq};
 use crate::backend::{BackendError, shape};
 use crate::quant::GgmlType;
@@ -23,8 +23,6 @@ use crate::quant::GgmlType;
 const OP: &str = "matmul";
 /// Warps per block, which split each row between them (`MATVEC_WARPS`, `QMATVEC_WARPS`).
 const WARPS: u32 = 4;
-/// Columns per activation scale of the int8 kernels (`Q8_BLOCK`).
-pub(super) const Q8_BLOCK: usize = 32;
 /// Activation blocks `quantize_q8` gives one thread each group of eight lanes.
 const LANES_PER_Q8_BLOCK: usize = 8;
 /// Weights the int8 kernels multiply by one input in one launch (`MAX_PROJECTIONS`).

@@ -41,6 +41,26 @@ pub(super) struct QuantizedCopy {
     pub valid_for: Option<(u64, usize)>,
 }
 
+/// Values per scale of the int8 copy (`Q8_BLOCK` in quant.cuh).
+pub(super) const Q8_BLOCK: usize = 32;
+
+impl QuantizedCopy {
+    /// The buffers for a copy of `n_values` values, a whole number of blocks, written by a kernel
+    /// along with its float output: a byte per value and a (d, sum) pair of floats per block. The
+    /// caller marks the copy valid once the kernel is queued.
+    pub fn buffers(
+        &mut self,
+        device: &Device,
+        op: &'static str,
+        n_values: usize,
+    ) -> Result<(&mut CudaSlice<u8>, &mut CudaSlice<f32>), BackendError> {
+        Ok((
+            self.values.at_least(device, op, n_values)?,
+            self.scales.at_least(device, op, 2 * n_values / Q8_BLOCK)?,
+        ))
+    }
+}
+
 /// A `u32` array in device memory.
 #[derive(Debug)]
 pub struct CudaIndex {

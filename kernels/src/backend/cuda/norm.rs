@@ -10,8 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::CudaBackend;
 use super::context::{driver, grid, to_u32};
-use super::matmul::Q8_BLOCK;
-use super::memory::CudaTensor;
+use super::memory::{CudaTensor, Q8_BLOCK};
 use crate::backend::{BackendError, shape};
 
 /// Threads per block of the looping kernels, and of the one-warp-per-row kernels.
@@ -94,8 +93,8 @@ pub(super) fn rms_norm(
     }
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
-        launch.arg(copy.values.at_least(device, OP, n_values)?);
-        launch.arg(copy.scales.at_least(device, OP, 2 * n_values / Q8_BLOCK)?);
+        let (values, scales) = copy.buffers(device, OP, n_values)?;
+        launch.arg(values).arg(scales);
     }
     // SAFETY: the shape check guarantees `n_rows` rows in `x` and `out`; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
@@ -136,8 +135,8 @@ pub(super) fn add_rms_norm(
     }
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
-        launch.arg(copy.values.at_least(device, OP, n_values)?);
-        launch.arg(copy.scales.at_least(device, OP, 2 * n_values / Q8_BLOCK)?);
+        let (values, scales) = copy.buffers(device, OP, n_values)?;
+        launch.arg(values).arg(scales);
     }
     // SAFETY: the shape check guarantees `n_rows` rows in every buffer; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
