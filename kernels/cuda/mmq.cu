@@ -477,8 +477,12 @@ __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &pr
     }
 }
 
+// Up to 24 input rows the kernels fit in 128 registers without spilling, four blocks an SM: twice
+// the warps to hide latency with, for kernels that are far from both the issue and the memory limit.
+#define MMQ_MIN_BLOCKS(NF) ((NF) <= 3 ? 4 : 1)
+
 #define MMQ_KERNEL(SUFFIX, FMT, NF, NT)                                                                         \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                                   \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS(NF))                              \
         mmq_##SUFFIX##_##NT(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols,    \
                             u32 n_rows, float *partials, u32 *arrivals) {                                       \
         mmq<FMT, NF>(x_q, x_scales, projections, cols, n_rows, partials, arrivals);                             \
