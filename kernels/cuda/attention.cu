@@ -39,7 +39,8 @@
 #define SMALL_HEAD_DIM 128
 // Elements of a tile each thread copies, of keys and of values each.
 #define TILE_LOADS 4
-// Tiles each split of a row reads at least.
+// Tiles each split of a row reads at least. Measured on Qwen3-8B decode (H200): 2, 4 or 8 were
+// slower than 1 at context depths 0 and 4096, merging costing less than a longer walk.
 #define MIN_SPLIT_TILES 1
 #define SEQ_FIELDS 5
 #define MASK_CAUSAL 0
@@ -85,6 +86,24 @@ struct Tiles {
     u32 key_stride;
     u32 head_dim;
 };
+
+// The keys that query row `i` of sequence `seq` (its index among the sequence's new tokens) sees,
+// for the KV head whose elements start at kv_offset in each pool row.
+__device__ KeyRange keys_of_row(const u32 *seq, const u32 *block_tables, const u32 *tree_parents,
+                                 u32 block_size, u32 i, size_t kv_row_len, size_t kv_offset) {
+    KeyRange keys;
+    keys.table = block_tables + seq[3];
+    keys.parents = tree_parents + seq[0];
+    keys.block_size = block_size;
+    keys.n_past = seq[2];
+    keys.n_new = seq[1];
+    keys.i = i;
+    keys.mask = seq[4];
+    keys.end = keys.n_past + (keys.mask == MASK_CAUSAL ? min(i + 1, keys.n_new) : keys.n_new);
+    keys.kv_row_len = kv_row_len;
+    keys.kv_offset = kv_offset;
+    return keys;
+}
 
 // Whether new token j is node i itself or one of its ancestors. The walk is bounded, so a
 // malformed parent array cannot loop.
@@ -263,6 +282,41 @@ __device__ void store_dims(const float *acc, float factor, float *dst, u32 head_
     }
 }
 
+// Where a head's output goes: the float row, and with `q` set (heads of whole Q8_BLOCKs), the
+// int8 copy the output projection reads, which saves its quantize_q8 launch. `index` is the
+// head's first element in the output.
+struct HeadOutput {
+    float *out;
+    u8 *q;
+    float2 *q_scales;
+    size_t index;
+};
+
+// store_dims into `out`, plus the int8 copy. The 32 dimensions j * 32 .. j * 32 + 31 that the
+// warp's lanes hold as acc[j] are one block of the copy, rounded as store_q8_quad rounds.
+template <int DIMS>
+__device__ void store_output(const float *acc, float factor, const HeadOutput &out, u32 head_dim) {
+    store_dims<DIMS>(acc, factor, out.out + out.index, head_dim);
+    if (out.q == NULL) {
+        return;
+    }
+    const u32 lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int j = 0; j < DIMS; ++j) {
+        if (j * WARP_SIZE < head_dim) {
+            const float v = acc[j] * factor;
+            const float amax = warp_max(fabsf(v));
+            const float sum = warp_sum(v);
+            const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const size_t index = out.index + j * WARP_SIZE;
+            out.q[index + lane] = (u8)(__float2int_rn(v * inverse) & 0xff);
+            if (lane == 0) {
+                out.q_scales[index / Q8_BLOCK] = make_float2(amax / 127.0f, sum);
+            }
+        }
+    }
+}
+
 // Merges one query head's states of every split, the first at `states` and each split_stride
 // floats after the previous, into its output row. The whole warp calls it. A split that attended
 // to nothing has max -inf, sum 0 and a zero output, and weighs 0. The reads bypass L1 (__ldcg),
@@ -270,7 +324,7 @@ __device__ void store_dims(const float *acc, float factor, float *dst, u32 head_
 // task's states, read by an earlier merge on this SM).
 template <int DIMS>
 __device__ void merge_splits(const float *states, size_t split_stride, u32 n_splits, u32 head_dim,
-                             float *out_head) {
+                             const HeadOutput &out) {
     const u32 lane = threadIdx.x % WARP_SIZE;
     float max_value = -INFINITY;
     for (u32 s = lane; s < n_splits; s += WARP_SIZE) {
@@ -310,7 +364,7 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
         }
     }
     total = warp_sum(total);
-    store_dims<DIMS>(acc, total > 0.0f ? 1.0f / total : 0.0f, out_head, head_dim);
+    store_output<DIMS>(acc, total > 0.0f ? 1.0f / total : 0.0f, out, head_dim);
 }
 
 // Both kernels take these parameters. One block per (task, split), ATTENTION_WARPS warps. A task
@@ -319,16 +373,18 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
 // then a tile's key rows (tile_keys x key_stride) and value rows (tile_keys x head_dim);
 // key_stride is a multiple of 4 when head_dim is, and TILE_LOADS elements a thread cover a tile.
 // `partials` holds n_splits x heads_per_block states of head_dim + 2 floats per task, `counters`
-// one counter per task; neither is used with one split.
+// one counter per task; neither is used with one split. `out_q` and `out_scales` are the output's
+// int8 copy, or NULL when head_dim is no multiple of Q8_BLOCK.
 #define ATTENTION_PARAMS                                                                               \
     const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,    \
         const u32 *block_tables, const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,       \
         u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 tile_keys, u32 key_stride,  \
-        u32 n_splits, float *partials, u32 *counters, float *out
+        u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q,          \
+        float2 *out_scales
 #define ATTENTION_ARGS                                                                                 \
     q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_rows, n_heads, \
-        n_kv_heads, head_dim, scale, heads_per_block, tile_keys, key_stride, n_splits, partials,        \
-        counters, out
+        n_kv_heads, head_dim, scale, heads_per_block, tile_keys, key_stride, n_splits, partials, \
+        counters, out, out_q, out_scales
 
 // One block's work, for heads of up to DIMS * 32 dimensions.
 template <int DIMS>
@@ -368,17 +424,16 @@ __device__ void attend_block(ATTENTION_PARAMS) {
         return;
     }
     const u32 *seq = sequences + lo * SEQ_FIELDS;
-    KeyRange keys;
-    keys.table = block_tables + seq[3];
-    keys.parents = tree_parents + seq[0];
-    keys.block_size = block_size;
-    keys.n_past = seq[2];
-    keys.n_new = seq[1];
-    keys.i = row - seq[0];
-    keys.mask = seq[4];
-    keys.end = keys.n_past + (keys.mask == MASK_CAUSAL ? keys.i + 1 : keys.n_new);
-    keys.kv_row_len = (size_t)n_kv_heads * head_dim;
-    keys.kv_offset = (size_t)kv_head * head_dim;
+    const KeyRange keys = keys_of_row(seq, block_tables, tree_parents, block_size, row - seq[0],
+                                      (size_t)n_kv_heads * head_dim, (size_t)kv_head * head_dim);
+    const u32 n_tiles = (keys.end + tile_keys - 1) / tile_keys;
+    // A short row uses fewer splits than the launch has, so that it does not pay for writing and
+    // merging the states of blocks that had next to nothing to read. The count depends on the row
+    // alone, so all of a task's blocks agree on it; the blocks past it leave at once.
+    const u32 used_splits = max(1u, min(n_splits, n_tiles / MIN_SPLIT_TILES));
+    if (split >= used_splits) {
+        return;
+    }
 
     Tiles tiles;
     tiles.q_rows = (float *)shared_rows;
@@ -400,14 +455,6 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     for (int j = 0; j < DIMS; ++j) {
         state.acc[j] = 0.0f;
     }
-    const u32 n_tiles = (keys.end + tile_keys - 1) / tile_keys;
-    // A short row uses fewer splits than the launch has, so that it does not pay for writing and
-    // merging the states of blocks that had next to nothing to read. The count depends on the row
-    // alone, so all of a task's blocks agree on it; the blocks past it leave at once.
-    const u32 used_splits = max(1u, min(n_splits, n_tiles / MIN_SPLIT_TILES));
-    if (split >= used_splits) {
-        return;
-    }
     const u32 first_tile = (u32)((u64)n_tiles * split / used_splits);
     const u32 last_tile = (u32)((u64)n_tiles * (split + 1) / used_splits);
     if (head_dim % 4 == 0) {
@@ -416,10 +463,14 @@ __device__ void attend_block(ATTENTION_PARAMS) {
         attend_tiles<float>(state, tiles, k_pool, v_pool, keys, first_tile, last_tile, block_heads, scale);
     }
 
-    float *out_head = out + ((size_t)row * n_heads + first_head + warp) * head_dim;
+    HeadOutput head_out;
+    head_out.out = out;
+    head_out.q = out_q;
+    head_out.q_scales = out_scales;
+    head_out.index = ((size_t)row * n_heads + first_head + warp) * head_dim;
     if (used_splits == 1) {
         if (warp < block_heads) {
-            store_dims<DIMS>(state.acc, state.sum > 0.0f ? 1.0f / state.sum : 0.0f, out_head, head_dim);
+            store_output<DIMS>(state.acc, state.sum > 0.0f ? 1.0f / state.sum : 0.0f, head_out, head_dim);
         }
         return;
     }
@@ -449,7 +500,7 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     // Orders the reads of the other splits' states after the count that showed them all done.
     __threadfence();
     if (warp < block_heads) {
-        merge_splits<DIMS>(task_states + warp * state_len, split_stride, used_splits, head_dim, out_head);
+        merge_splits<DIMS>(task_states + warp * state_len, split_stride, used_splits, head_dim, head_out);
     }
     // Every split has counted itself, so nothing else touches the counter in this launch.
     if (threadIdx.x == 0) {
@@ -504,23 +555,6 @@ __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
     return *(const u32 *)&h;
 }
 
-// The keys query row `i` (among its sequence's new tokens) sees, for a block's KV head.
-__device__ KeyRange prefill_keys(const u32 *seq, const u32 *block_tables, const u32 *tree_parents,
-                                 u32 block_size, u32 i, size_t kv_row_len, size_t kv_offset) {
-    KeyRange keys;
-    keys.table = block_tables + seq[3];
-    keys.parents = tree_parents + seq[0];
-    keys.block_size = block_size;
-    keys.n_past = seq[2];
-    keys.n_new = seq[1];
-    keys.i = i;
-    keys.mask = seq[4];
-    keys.end = keys.n_past + (keys.mask == MASK_CAUSAL ? min(i + 1, keys.n_new) : keys.n_new);
-    keys.kv_row_len = kv_row_len;
-    keys.kv_offset = kv_offset;
-    return keys;
-}
-
 // One block per (tile of PREFILL_ROWS rows of one sequence, KV head and chunk of its query heads).
 // Tiles are numbered sequence after sequence; grid.x may exceed their count (the host bounds it
 // by rows / PREFILL_ROWS + sequences), and blocks past it leave.
@@ -562,10 +596,10 @@ extern "C" __global__ void __launch_bounds__(PREFILL_WARPS *WARP_SIZE)
     // end computes like the last one and is not written.
     const u32 rows[2] = {min(first_row + g, n_new - 1), min(first_row + g + 8, n_new - 1)};
     const KeyRange row_keys[2] = {
-        prefill_keys(seq, block_tables, tree_parents, block_size, rows[0], kv_row_len, kv_offset),
-        prefill_keys(seq, block_tables, tree_parents, block_size, rows[1], kv_row_len, kv_offset)};
+        keys_of_row(seq, block_tables, tree_parents, block_size, rows[0], kv_row_len, kv_offset),
+        keys_of_row(seq, block_tables, tree_parents, block_size, rows[1], kv_row_len, kv_offset)};
     // The block reads keys up to the last row's end, which is the latest of its rows'.
-    const KeyRange block_keys = prefill_keys(seq, block_tables, tree_parents, block_size,
+    const KeyRange block_keys = keys_of_row(seq, block_tables, tree_parents, block_size,
                                              min(first_row + PREFILL_ROWS, n_new) - 1, kv_row_len, kv_offset);
     const u32 n_key_tiles = (block_keys.end + PREFILL_KEYS - 1) / PREFILL_KEYS;
     const bool head_live = warp < block_heads;

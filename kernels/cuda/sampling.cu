@@ -78,6 +78,18 @@ __device__ __forceinline__ void keep_larger(float v, u32 i, float *best, u32 *be
     }
 }
 
+// Leaves lane 0 of the warp with the warp's best (value, id) under ranks_before.
+__device__ __forceinline__ void warp_keep_best(float *best, u32 *best_id) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        const float v = __shfl_down_sync(0xffffffffu, *best, offset);
+        const u32 vi = __shfl_down_sync(0xffffffffu, *best_id, offset);
+        if (ranks_before(v, vi, *best, *best_id)) {
+            *best = v;
+            *best_id = vi;
+        }
+    }
+}
+
 // The id of the largest value of each row, the lowest id on ties, NO_ID where no value is above
 // -inf. One block of ARGMAX_THREADS per row: a decode step's single 151,936-entry row is read at
 // the bandwidth of one SM only with many loads in flight, so each thread reads float4s (when rows
@@ -103,14 +115,7 @@ extern "C" __global__ void argmax_rows(const float *x, u32 row_len, u32 *out) {
         }
     }
     // Threads saw interleaved ids, so merging needs the id tie-break; NO_ID loses every tie.
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
-        const float v = __shfl_down_sync(0xffffffffu, best, offset);
-        const u32 vi = __shfl_down_sync(0xffffffffu, best_id, offset);
-        if (ranks_before(v, vi, best, best_id)) {
-            best = v;
-            best_id = vi;
-        }
-    }
+    warp_keep_best(&best, &best_id);
     __shared__ float warp_best[ARGMAX_THREADS / WARP_SIZE];
     __shared__ u32 warp_best_id[ARGMAX_THREADS / WARP_SIZE];
     const u32 lane = threadIdx.x % WARP_SIZE;
@@ -124,14 +129,7 @@ extern "C" __global__ void argmax_rows(const float *x, u32 row_len, u32 *out) {
         const u32 n_warps = blockDim.x / WARP_SIZE;
         best = lane < n_warps ? warp_best[lane] : -INFINITY;
         best_id = lane < n_warps ? warp_best_id[lane] : NO_ID;
-        for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
-            const float v = __shfl_down_sync(0xffffffffu, best, offset);
-            const u32 vi = __shfl_down_sync(0xffffffffu, best_id, offset);
-            if (ranks_before(v, vi, best, best_id)) {
-                best = v;
-                best_id = vi;
-            }
-        }
+        warp_keep_best(&best, &best_id);
         if (lane == 0) {
             out[blockIdx.x] = best_id;
         }

@@ -176,6 +176,9 @@ fn recorded_attention_replays_at_every_context_length() {
     let (mut cpu_out, mut gpu_out) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
     let mut gpu_batch = AttentionBatch::with_capacity(gpu, 1, 1, table.len()).unwrap();
     gpu_batch.update(gpu, &layout_at(700)).unwrap();
+    // Run once before recording, as recorded steps are (step_graphs.rs): the first call allocates
+    // the output's int8 copy, which a recording cannot.
+    gpu.attention(&gpu_q, &gpu_k, &gpu_v, &gpu_batch, &params, &mut gpu_out).unwrap();
     let graph = gpu
         .record(|| gpu.attention(&gpu_q, &gpu_k, &gpu_v, &gpu_batch, &params, &mut gpu_out))
         .unwrap()
@@ -191,6 +194,55 @@ fn recorded_attention_replays_at_every_context_length() {
         cpu.attention(&cpu_q, &cpu_k, &cpu_v, &cpu_batch, &params, &mut cpu_out).unwrap();
         let label = format!("replayed attention {}, {} keys", step + 1, n_past + 1);
         check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), 1e-5);
+    }
+}
+
+/// The decode attention writes its output's int8 copy for heads of whole blocks of 32, which the
+/// output projection then reads instead of quantizing: one row unsplit and split, a verify batch
+/// on the tensor-core int8 kernels, and heads of 40 dimensions, whose output is quantized by the
+/// matmul as before.
+#[test]
+fn attention_output_int8_copy_feeds_the_output_projection() {
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(15);
+    let block_size = 16;
+    let table: Vec<u32> = (0..64).rev().collect();
+    for (n_past, n_new) in [(5, 1), (600, 1), (40, 23)] {
+        let spec = SequenceSpec { n_past, n_new, block_table: &table, mask: Mask::Causal };
+        let layout = AttentionLayout::new(block_size, &[spec]).unwrap();
+        for ((n_heads, n_kv_heads, head_dim), ty) in
+            [((32, 8, 128), GgmlType::Q4K), ((18, 2, 64), GgmlType::Q8_0), ((8, 2, 40), GgmlType::Q8_0)]
+        {
+            let params =
+                AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
+            let pool_len = layout.slots_needed() * params.kv_row_len();
+            let pools = [gaussian_row(pool_len, 1.0, &mut rng), gaussian_row(pool_len, 1.0, &mut rng)];
+            let q = gaussian_row(layout.n_rows() * params.q_row_len(), 2.0, &mut rng);
+            let (n, cols, rows) = (q.len(), params.q_row_len(), 96);
+            let bytes = random_weight(ty, rows, cols, &mut rng);
+            let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
+            let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
+            let cpu_in = [&q, &pools[0], &pools[1]].map(|x| cpu.upload(x).unwrap());
+            let gpu_in = [&q, &pools[0], &pools[1]].map(|x| gpu.upload(x).unwrap());
+            let (mut cpu_attn, mut gpu_attn) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
+            let cpu_batch = AttentionBatch::upload(&cpu, &layout).unwrap();
+            let gpu_batch = AttentionBatch::upload(gpu, &layout).unwrap();
+            cpu.attention(&cpu_in[0], &cpu_in[1], &cpu_in[2], &cpu_batch, &params, &mut cpu_attn).unwrap();
+            gpu.attention(&gpu_in[0], &gpu_in[1], &gpu_in[2], &gpu_batch, &params, &mut gpu_attn).unwrap();
+            let m = layout.n_rows() * rows;
+            let (mut cpu_out, mut gpu_out) = (cpu.zeros(m).unwrap(), gpu.zeros(m).unwrap());
+            cpu.matmul(&cpu_attn, &cpu_weight, layout.n_rows(), &mut cpu_out).unwrap();
+            gpu.matmul(&gpu_attn, &gpu_weight, layout.n_rows(), &mut gpu_out).unwrap();
+            check(
+                &format!(
+                    "attention -> {ty} matmul, {n_new} rows after {n_past}, heads {n_heads} of {head_dim}"
+                ),
+                &fetch(gpu, &gpu_out, m),
+                &fetch(&cpu, &cpu_out, m),
+                super::matmul::matmul_tolerance(ty, layout.n_rows()),
+            );
+        }
     }
 }
 

@@ -55,7 +55,7 @@ fn matmul_parity(
 /// See the module docs: the block-quantized kernels round activations to int8 up to 64 rows;
 /// larger batches, and batches of 16 rows or more of the element-wise formats, take the
 /// tensor-core GEMM, whose operands are rounded to 16 bits.
-fn matmul_tolerance(ty: GgmlType, n_rows: usize) -> f32 {
+pub(super) fn matmul_tolerance(ty: GgmlType, n_rows: usize) -> f32 {
     let element_wise = matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16);
     match ty {
         _ if n_rows < 16 && element_wise => 2e-5,

@@ -11,10 +11,13 @@
 //! Everything a launch decides (heads per block, keys per tile, splits, shared memory) depends on
 //! the shape alone, never on the context length, so a recorded step stays valid at every length.
 
-use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, PoisonError};
 
-use super::context::{device_error, driver, grid, to_u32};
-use super::memory::CudaTensor;
+use cudarc::driver::{CudaSlice, DriverError};
+
+use super::context::{Device, device_error, driver, grid, to_u32};
+use super::memory::{CudaTensor, Q8_BLOCK};
 use super::{CudaBackend, attention_prefill};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
 
@@ -47,7 +50,20 @@ const SPLIT_TASKS: usize = MAX_STATES / 2;
 /// Floats of the partials buffer, allocated zeroed once with the backend so that recorded graphs
 /// can use it: the split states, then one u32 completion counter per split task. Zeroed f32 bits
 /// are zero counters, and every launch leaves its counters at zero again.
-pub(super) const PARTIALS_LEN: usize = STATES_LEN + SPLIT_TASKS;
+const PARTIALS_LEN: usize = STATES_LEN + SPLIT_TASKS;
+
+/// What the split decode attention keeps with the backend.
+pub(super) struct SplitAttention {
+    /// The split states and completion counters ([`PARTIALS_LEN`] floats).
+    partials: Mutex<CudaSlice<f32>>,
+}
+
+impl SplitAttention {
+    pub fn new(device: &Device) -> Result<Self, DriverError> {
+        let partials = device.stream.alloc_zeros::<f32>(PARTIALS_LEN)?;
+        Ok(Self { partials: Mutex::new(partials) })
+    }
+}
 
 // Every head, in the largest chunk, leaves room for a tile of one key at least.
 const _: () = {
@@ -100,7 +116,8 @@ pub(super) fn attention(
     let tile_keys = to_u32(OP, "keys per tile", tile_keys)?;
     let key_stride = to_u32(OP, "key stride", key_stride(params.head_dim))?;
     let n_splits = to_u32(OP, "splits", splits)?;
-    let mut partials = backend.attention_partials.lock().unwrap_or_else(PoisonError::into_inner);
+    let split_attention = &backend.split_attention;
+    let mut partials = split_attention.partials.lock().unwrap_or_else(PoisonError::into_inner);
     let (mut states, mut tail) = partials
         .try_split_at_mut(STATES_LEN)
         .ok_or_else(|| device_error(OP, "the partials buffer is smaller than its states"))?;
@@ -131,13 +148,29 @@ pub(super) fn attention(
         .arg(&mut states)
         .arg(&mut counters)
         .arg(&mut out.buf);
+    // Heads of whole blocks also write the output's int8 copy, for the output projection.
+    let quantize = params.head_dim.is_multiple_of(Q8_BLOCK);
+    let n_values = out.len;
+    let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
+    if quantize {
+        let (values, scales) = copy.buffers(device, OP, n_values)?;
+        launch.arg(values).arg(scales);
+    } else {
+        copy.valid_for = None;
+        launch.arg(&0u64).arg(&0u64);
+    }
     let mut config = grid(OP, tasks * splits, to_u32(OP, "threads", THREADS)?)?;
     config.shared_mem_bytes = to_u32(OP, "shared memory", shared_floats * size_of::<f32>())?;
     // SAFETY: the shape check sizes `q`, `out` and both pools against the batch, whose arrays
     // come from a validated layout; `splits` keeps tasks * splits * heads_per_block states within
     // `states` and, when it splits, one counter per task within `counters`; the shared memory
-    // holds the queries and a tile as the kernel lays them out, within 48 KB.
+    // holds the queries and a tile as the kernel lays them out, within 48 KB; with heads of whole
+    // blocks, the copy holds a byte per output value and two floats per block, else the kernel
+    // gets null pointers and writes no copy.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
+    if quantize {
+        copy.valid_for = Some((backend.epoch.load(Ordering::Relaxed), n_values));
+    }
     Ok(())
 }
 

@@ -52,18 +52,18 @@ pub use memory::{CudaIndex, CudaTensor, CudaWeight, is_weight_supported};
 pub use sampling::MAX_TOP_K;
 pub use sources::{KERNEL_SOURCES, KernelSource};
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use cudarc::driver::CudaSlice;
+use std::sync::{Mutex, PoisonError};
 
 use super::{
     AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, BackendError, RopeParams,
 };
 use crate::quant::GgmlType;
+use attention::SplitAttention;
 use attention_prefill::PrefillAttention;
 use context::Device;
 use gemm::Gemm;
+use memory::ScratchBuffer;
 use mmq::Mmq;
 
 /// One CUDA device. Ops go to one stream in submission order; host-side results are complete
@@ -77,8 +77,10 @@ pub struct CudaBackend {
     /// Tensor-core int8 kernels for verify-sized batches of block-quantized weights; absent
     /// before sm_80.
     mmq: Option<Mmq>,
-    /// Softmax states of attention rows split across blocks (see attention.rs).
-    attention_partials: Mutex<CudaSlice<f32>>,
+    /// The split decode attention's states and settings (see attention.rs).
+    split_attention: SplitAttention,
+    /// The device side of `argmax_rows`' ids, kept since greedy decoding calls it every step.
+    argmax_ids: Mutex<ScratchBuffer<u32>>,
     /// Tensor-core attention for prefill-sized batches; absent before sm_80.
     prefill_attention: Option<PrefillAttention>,
     /// Bumped whenever device data may have changed without the ops below seeing it (a graph
@@ -93,14 +95,15 @@ impl CudaBackend {
         let device = Device::open(ordinal)?;
         let gemm = Gemm::open(&device);
         let mmq = Mmq::new(&device);
-        let attention_partials = Mutex::new(device.stream.alloc_zeros::<f32>(attention::PARTIALS_LEN)?);
+        let split_attention = SplitAttention::new(&device)?;
         let prefill_attention = PrefillAttention::new(&device);
         Ok(Self {
             device,
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
             mmq,
-            attention_partials,
+            split_attention,
+            argmax_ids: Mutex::default(),
             prefill_attention,
             epoch: AtomicU64::new(0),
             name: format!("cuda:{ordinal}"),
@@ -361,7 +364,8 @@ impl Backend for CudaBackend {
         row_len: usize,
         out: &mut [u32],
     ) -> Result<(), BackendError> {
-        sampling::argmax_rows(&self.device, x, n_rows, row_len, out)
+        let mut ids = self.argmax_ids.lock().unwrap_or_else(PoisonError::into_inner);
+        sampling::argmax_rows(&self.device, x, n_rows, row_len, &mut ids, out)
     }
 
     fn top_k_rows(

@@ -1,7 +1,7 @@
 //! Row-wise reductions over logits: softmax, argmax, top-k with log-probabilities.
 
 use super::context::{Device, driver, grid, to_u32};
-use super::memory::CudaTensor;
+use super::memory::{CudaTensor, ScratchBuffer};
 use super::transfer::download_index;
 use crate::backend::{BackendError, shape};
 
@@ -36,6 +36,7 @@ pub(super) fn argmax_rows(
     x: &CudaTensor,
     n_rows: usize,
     row_len: usize,
+    ids: &mut ScratchBuffer<u32>,
     out: &mut [u32],
 ) -> Result<(), BackendError> {
     const OP: &str = "argmax_rows";
@@ -43,13 +44,14 @@ pub(super) fn argmax_rows(
     if n_rows == 0 {
         return Ok(());
     }
-    let mut ids = device.stream.alloc_zeros::<u32>(n_rows).map_err(driver(OP))?;
+    let ids = ids.at_least(device, OP, n_rows)?;
     let row_len = to_u32(OP, "row_len", row_len)?;
     let mut launch = device.launch(OP, "argmax_rows")?;
-    launch.arg(&x.buf).arg(&row_len).arg(&mut ids);
-    // SAFETY: the shape check guarantees `n_rows` rows in `x`; `ids` holds `n_rows`.
+    launch.arg(&x.buf).arg(&row_len).arg(&mut *ids);
+    // SAFETY: the shape check guarantees `n_rows` rows in `x`; `ids` holds `n_rows`, each of which
+    // the kernel writes before the download reads it.
     unsafe { launch.launch(grid(OP, n_rows, ARGMAX_THREADS)?) }.map_err(driver(OP))?;
-    download_index(device, OP, &ids, &mut out[..n_rows])
+    download_index(device, OP, ids, &mut out[..n_rows])
 }
 
 pub(super) fn top_k_rows(
