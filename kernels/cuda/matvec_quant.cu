@@ -371,3 +371,20 @@ MATVEC_Q8_KERNELS(q8_0, FMT_Q8_0, 8)
 MATVEC_Q8_KERNELS(q4_k, FMT_Q4_K, 8)
 MATVEC_Q8_KERNELS(q5_k, FMT_Q5_K, 5)
 MATVEC_Q8_KERNELS(q6_k, FMT_Q6_K, 5)
+
+// A decode step's projections of two formats in one launch: blocks before `second_block` compute
+// rows of FMT_A, four a block, the rest rows of FMT_B, two a block (Q4_K_M's q and k in Q4_K with
+// a v in Q6_K). Each block takes one branch. Held to the Q4_K decode kernel's 64 registers, so
+// that q and k keep its occupancy; two rows a block keep the Q6_K branch within them.
+#define MATVEC_Q8_MIXED_KERNEL(NAME, FMT_A, FMT_B)                                                   \
+    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, 8)                         \
+        NAME(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols, u32 n_rows, \
+             u32 second_block) {                                                                     \
+        if (blockIdx.x < second_block) {                                                             \
+            matvec_q8<FMT_A, 4, 1>(x_q, x_scales, projections, cols, n_rows);                         \
+        } else {                                                                                     \
+            matvec_q8<FMT_B, 2, 1>(x_q, x_scales, projections, cols, n_rows);                         \
+        }                                                                                            \
+    }
+
+MATVEC_Q8_MIXED_KERNEL(matvec_q8_decode_q4_k_q6_k, FMT_Q4_K, FMT_Q6_K)

@@ -252,7 +252,9 @@ fn quantized_matmul_requantizes_a_rewritten_input() {
 }
 
 /// Projections of one input by several weights: runs of one quantized type share a launch (up to
-/// three), other types break the run; every output must equal its own matmul on the CPU.
+/// three), other types break the run, except that one input row's Q4_K run takes the Q6_K weights
+/// after it into its launch (here 9 + 20 rows, and 40 + 7 + 3); every output must equal its own
+/// matmul on the CPU.
 #[test]
 fn matmuls_match_cpu_per_projection() {
     let Some(gpu) = cuda() else { return };
@@ -265,8 +267,11 @@ fn matmuls_match_cpu_per_projection() {
         (GgmlType::Q4K, 64),
         (GgmlType::Q4K, 5),
         (GgmlType::Q4K, 9),
-        (GgmlType::F16, 12),
         (GgmlType::Q6K, 20),
+        (GgmlType::F16, 12),
+        (GgmlType::Q4K, 40),
+        (GgmlType::Q6K, 7),
+        (GgmlType::Q6K, 3),
         (GgmlType::Q8_0, 33),
     ];
     let uploaded: Vec<_> = weights

@@ -74,7 +74,22 @@ pub(super) fn matmuls(
     while let Some(((weight, _), _)) = rest.split_first() {
         let ty = weight.ty;
         let run = if q8_kernels(ty).is_some() {
-            rest.iter().take(MAX_PROJECTIONS).take_while(|(w, _)| w.ty == ty).count()
+            let same = rest.iter().take(MAX_PROJECTIONS).take_while(|(w, _)| w.ty == ty).count();
+            // A decode step's q and k may share their launch with a v of another format.
+            let second = rest
+                .get(same)
+                .map(|(w, _)| w.ty)
+                .filter(|&other| n_rows == 1 && mixed_decode_kernel(ty, other).is_some());
+            match second {
+                Some(other) => {
+                    same + rest[same..]
+                        .iter()
+                        .take(MAX_PROJECTIONS - same)
+                        .take_while(|(w, _)| w.ty == other)
+                        .count()
+                }
+                None => same,
+            }
         } else {
             1
         };
@@ -86,6 +101,16 @@ pub(super) fn matmuls(
         rest = tail;
     }
     Ok(())
+}
+
+/// The decode kernel for projections of type `first` followed by projections of type `second`
+/// (matvec_quant.cu): Q4_K_M files keep a layer's q and k in Q4_K but half of its v in Q6_K, and
+/// a 1024-row v launched alone costs as much in launch and tail as it streams.
+fn mixed_decode_kernel(first: GgmlType, second: GgmlType) -> Option<&'static str> {
+    match (first, second) {
+        (GgmlType::Q4K, GgmlType::Q6K) => Some("matvec_q8_decode_q4_k_q6_k"),
+        _ => None,
+    }
 }
 
 /// The kernels of a block-quantized type, by input rows: one, two, up to four, more.
@@ -119,7 +144,8 @@ fn q8_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
     }
 }
 
-/// Up to MAX_PROJECTIONS weights of one block-quantized type, shapes already checked.
+/// Up to MAX_PROJECTIONS weights of one block-quantized type, or for one input row of the two
+/// types of a [`mixed_decode_kernel`], shapes already checked.
 fn quantized_matmuls(
     device: &Device,
     epoch: u64,
@@ -131,7 +157,10 @@ fn quantized_matmuls(
     let Some(((first, _), _)) = group.split_first() else { return Ok(()) };
     let (ty, cols) = (first.ty, first.cols);
     let [one, two, four, more] = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
-    let mmq = mmq.filter(|mmq| mmq.covers(n_rows) && mmq::supports(ty, cols));
+    // Where the second type of a mixed group starts; `matmuls` forms such groups for one row only.
+    let second = group.iter().position(|(weight, _)| weight.ty != ty);
+    let mixed_kernel = second.map(|second| mixed_decode_kernel(ty, group[second].0.ty));
+    let mmq = mmq.filter(|mmq| second.is_none() && mmq.covers(n_rows) && mmq::supports(ty, cols));
     // Up to four input rows, each activation load serves four weight rows; larger batches keep
     // two rows' weights in registers against tiles of eight input rows (matvec_quant.cu); mmq
     // blocks take a tile of weight rows by every input row.
@@ -172,6 +201,8 @@ fn quantized_matmuls(
         projections.out[p] = out_ptr;
         projections.row_bytes[p] = weight.row_bytes as u64;
         projections.rows[p] = to_u32(OP, "weight rows", weight.rows)?;
+        // The second type of a mixed group takes two rows a block (matvec_quant.cu).
+        let rows_per_block = if second.is_some_and(|second| p >= second) { 2 } else { rows_per_block };
         blocks = blocks
             .checked_add(to_u32(OP, "weight row blocks", weight.rows.div_ceil(rows_per_block))?)
             .ok_or_else(|| BackendError::shape(OP, "more weight row blocks than a grid holds"))?;
@@ -183,10 +214,13 @@ fn quantized_matmuls(
     if let Some(mmq) = mmq {
         mmq.launch(device, ty, (values, scales), &projections, blocks, cols, n_rows)?;
     } else {
-        let kernel = match n_rows {
-            1 => one,
-            2 => two,
-            3 | 4 => four,
+        let kernel = match (n_rows, mixed_kernel) {
+            (1, Some(kernel)) => kernel.ok_or_else(|| {
+                BackendError::shape(OP, "projections of two types without a kernel for both")
+            })?,
+            (1, None) => one,
+            (2, _) => two,
+            (3 | 4, _) => four,
             _ => more,
         };
         let config =
@@ -195,9 +229,15 @@ fn quantized_matmuls(
         let n_rows = to_u32(OP, "n_rows", n_rows)?;
         let mut launch = device.launch(OP, kernel)?;
         launch.arg(&*values).arg(&*scales).value(&projections).arg(&cols).arg(&n_rows);
+        let second_block = second.map(|second| projections.first_block[second]);
+        if let Some(second_block) = &second_block {
+            launch.arg(second_block);
+        }
         // SAFETY: the copy holds the quantized `x`; each weight holds `rows * row_bytes` bytes in
         // the layout of layout.rs, whose rows the kernels read with aligned loads, and each output
-        // holds n_rows * rows floats (shape-checked).
+        // holds n_rows * rows floats (shape-checked). A mixed kernel gets the first block of its
+        // first projection of the second type, all of whose weights have that type, numbered at
+        // two rows a block as that branch computes them.
         unsafe { launch.launch(config) }.map_err(driver(OP))?;
     }
     // The guards kept every pointer's buffer borrowed until the launch was queued.

@@ -96,6 +96,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "matvec_q8_pair_q6_k",
             "matvec_q8_quad_q6_k",
             "matvec_q8_batch_q6_k",
+            "matvec_q8_decode_q4_k_q6_k",
         ],
     },
     KernelSource {
