@@ -241,18 +241,31 @@ __device__ void attend_tile(HeadState<DIMS> &state, const float *q, const Tiles 
 }
 
 // Folds tiles first_tile .. last_tile of the row's keys into the softmax of each warp's query head
-// (warps past block_heads only copy). While the warps work on one tile, the loads of the next are
-// in flight. Every thread of the block calls it with the same tiles, so every thread reaches both
-// barriers of each.
+// (warps past block_heads only copy), the chunk's queries at q_chunk. While the warps work on one
+// tile, the loads of the next are in flight. Every thread of the block calls it with the same
+// tiles, so every thread reaches both barriers of each.
+//
+// Under programmatic dependent launch the kernel before (attention_inputs) lets this one start
+// early. Keys and values of the committed context were written by earlier steps, so a first tile
+// wholly inside it is fetched before waiting for that kernel; the queries, and the tiles holding
+// the new tokens' keys and values, which it writes, are read after.
 template <typename E, int DIMS>
-__device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const float *k_pool,
+__device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const float *q_chunk, const float *k_pool,
                              const float *v_pool, const KeyRange &keys, u32 first_tile, u32 last_tile,
                              u32 block_heads, float scale) {
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 row_len = tiles.head_dim * sizeof(float) / sizeof(E);
     const u32 key_stride = tiles.key_stride * sizeof(float) / sizeof(E);
     TileShare<E> share;
-    if (first_tile < last_tile) {
+    const bool committed = first_tile < last_tile && (first_tile + 1) * tiles.n_keys <= keys.n_past;
+    if (committed) {
+        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, row_len);
+    }
+    wait_for_previous_kernel();
+    for (u32 x = threadIdx.x; x < block_heads * tiles.head_dim; x += blockDim.x) {
+        tiles.q_rows[x] = q_chunk[x];
+    }
+    if (!committed && first_tile < last_tile) {
         fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, row_len);
     }
     for (u32 tile = first_tile; tile < last_tile; ++tile) {
@@ -389,7 +402,8 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
 // One block's work, for heads of up to DIMS * 32 dimensions.
 template <int DIMS>
 __device__ void attend_block(ATTENTION_PARAMS) {
-    wait_for_previous_kernel();
+    // Until attend_tiles waits for the kernel before, only what earlier steps and the host wrote
+    // is read: the batch description, block tables and committed keys and values.
     extern __shared__ float4 shared_rows[];
     __shared__ bool merges;
 
@@ -444,9 +458,6 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     tiles.head_dim = head_dim;
     // The chunk's heads are consecutive in the query row.
     const float *q_chunk = q + ((size_t)row * n_heads + first_head) * head_dim;
-    for (u32 x = threadIdx.x; x < block_heads * head_dim; x += blockDim.x) {
-        tiles.q_rows[x] = q_chunk[x];
-    }
 
     HeadState<DIMS> state;
     state.max = -INFINITY;
@@ -458,9 +469,11 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     const u32 first_tile = (u32)((u64)n_tiles * split / used_splits);
     const u32 last_tile = (u32)((u64)n_tiles * (split + 1) / used_splits);
     if (head_dim % 4 == 0) {
-        attend_tiles<float4>(state, tiles, k_pool, v_pool, keys, first_tile, last_tile, block_heads, scale);
+        attend_tiles<float4>(state, tiles, q_chunk, k_pool, v_pool, keys, first_tile, last_tile, block_heads,
+                             scale);
     } else {
-        attend_tiles<float>(state, tiles, k_pool, v_pool, keys, first_tile, last_tile, block_heads, scale);
+        attend_tiles<float>(state, tiles, q_chunk, k_pool, v_pool, keys, first_tile, last_tile, block_heads,
+                            scale);
     }
 
     HeadOutput head_out;

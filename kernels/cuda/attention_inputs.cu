@@ -32,6 +32,8 @@ extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
                      u32 n_rows, u32 n_heads, u32 n_kv_heads, u32 head_dim, u32 rotary_dim, float theta, u32 neox,
                      float *q, float *k, float *k_pool, float *v_pool) {
     wait_for_previous_kernel();
+    // The attention that follows fetches its committed keys and values meanwhile.
+    let_next_kernel_start();
     __shared__ float heads[INPUT_WARPS][INPUT_MAX_HEAD_DIM];
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 lane = threadIdx.x % WARP_SIZE;

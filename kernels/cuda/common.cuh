@@ -19,6 +19,15 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
+// Lets the next kernel start before this one ends, so that its blocks can read what does not
+// depend on this kernel (attention.cu) while this one runs; called after the wait above, so that
+// everything before this kernel is complete by then.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // NVRTC has no <math.h>.
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
