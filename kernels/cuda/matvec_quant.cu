@@ -348,69 +348,6 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
     }
 }
 
-// One input row of rows longer than QMATVEC_WARPS groups (ffn_down: three groups a warp): each
-// warp loads its next group's weights before it multiplies the current one, so that its loads
-// stay in flight through the arithmetic instead of one load phase per group. The second set of
-// registers this takes is why it is a kernel of its own, with fewer rows a block.
-template <int FMT, int ROWS>
-__device__ void matvec_q8_stream(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols) {
-    wait_for_previous_kernel();
-    typedef QLanes<FMT> L;
-    const Projection projection = projection_of(projections, blockIdx.x);
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int warp = threadIdx.x / WARP_SIZE;
-    const u32 row0 = projection.block * ROWS;
-    const u32 n_groups = (cols + L::GROUP_COLS - 1) / L::GROUP_COLS;
-    const u8 *rows[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        // Rows past the end repeat the last one; their sums are never written.
-        rows[r] = projection.weight + (size_t)min(row0 + r, projection.rows - 1) * projection.row_bytes;
-    }
-    float acc[ROWS][1];
-    typename L::Raw raw[ROWS];
-    bool live = false;
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        acc[r][0] = 0.0f;
-        live = (u32)warp < n_groups && L::load(rows[r], cols, warp, lane, raw[r]);
-    }
-    for (u32 group = warp; group < n_groups; group += QMATVEC_WARPS) {
-        const u32 next_group = group + QMATVEC_WARPS;
-        typename L::Raw next[ROWS];
-        bool next_live = false;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            next_live = next_group < n_groups && L::load(rows[r], cols, next_group, lane, next[r]);
-        }
-        if (live) {
-            typename L::Activations x;
-            L::load_x(x_q, x_scales, group, lane, x);
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                typename L::Decoded dec;
-                L::decode(raw[r], lane, dec);
-                acc[r][0] += L::dot(dec, x, lane);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            raw[r] = next[r];
-        }
-        live = next_live;
-    }
-    store_block_sums<QMATVEC_WARPS, ROWS, 1>(acc, row0, projection.rows, 0, 1, projection.out);
-}
-
-#define MATVEC_Q8_STREAM_KERNEL(NAME, FMT, ROWS, MIN_BLOCKS)                                       \
-    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, MIN_BLOCKS)                \
-        NAME(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols, u32 n_rows) { \
-        matvec_q8_stream<FMT, ROWS>(x_q, x_scales, projections, cols);                             \
-    }
-
-MATVEC_Q8_STREAM_KERNEL(matvec_q8_stream_q4_k, FMT_Q4_K, 2, 8)
-MATVEC_Q8_STREAM_KERNEL(matvec_q8_stream_q6_k, FMT_Q6_K, 2, 7)
-
 #define MATVEC_Q8_KERNEL(NAME, FMT, ROWS, TILE, MIN_BLOCKS)                                       \
     extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, MIN_BLOCKS)                \
         NAME(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols, u32 n_rows) { \

@@ -8,8 +8,7 @@ fn matmul_matches_cpu_for_every_supported_type_and_batch() {
     let Some(gpu) = cuda() else { return };
     let mut rng = Rng::new(2);
     // 37 rows leave a partial block of rows. 256 columns leave warps without a group of blocks,
-    // 1280 a partial group (five Q4_K blocks), 5376 more groups than warps (each warp loops, and
-    // one input row of Q4_K or Q6_K takes the streaming kernel, two weight rows a block);
+    // 1280 a partial group (five Q4_K blocks), 5376 more groups than warps (each warp loops);
     // 1030 columns are no whole number of 16-byte loads for the element-wise formats. 2, 3 and 4
     // input rows take the small-batch kernels (3 a partial tile), 5, 8 and 11 the batch kernel for
     // the element-wise formats and mmq for the block-quantized ones; 70 take the GEMM.

@@ -113,21 +113,6 @@ fn mixed_decode_kernel(first: GgmlType, second: GgmlType) -> Option<&'static str
     }
 }
 
-/// Columns past which one input row takes [`stream_decode_kernel`]: a group of 1024 columns for
-/// each of the block's warps (`QMATVEC_WARPS`); shorter rows give each warp one group at most.
-const STREAM_MIN_COLS: usize = 4 * 1024;
-
-/// The decode kernel for long rows of type `ty` (matvec_quant.cu's `matvec_q8_stream`), which
-/// loads each warp's next group of weights while it multiplies the current one: ffn_down, 12288
-/// columns, three groups a warp.
-fn stream_decode_kernel(ty: GgmlType) -> Option<&'static str> {
-    match ty {
-        GgmlType::Q4K => Some("matvec_q8_stream_q4_k"),
-        GgmlType::Q6K => Some("matvec_q8_stream_q6_k"),
-        _ => None,
-    }
-}
-
 /// The kernels of a block-quantized type, by input rows: one, two, up to four, more.
 fn q8_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
     match ty {
@@ -174,22 +159,13 @@ fn quantized_matmuls(
     let [one, two, four, more] = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
     // Where the second type of a mixed group starts; `matmuls` forms such groups for one row only.
     let second = group.iter().position(|(weight, _)| weight.ty != ty);
-    let mixed_kernel = second
-        .map(|second| {
-            mixed_decode_kernel(ty, group[second].0.ty)
-                .ok_or_else(|| BackendError::shape(OP, "projections of two types without a kernel for both"))
-        })
-        .transpose()?;
+    let mixed_kernel = second.map(|second| mixed_decode_kernel(ty, group[second].0.ty));
     let mmq = mmq.filter(|mmq| second.is_none() && mmq.covers(n_rows) && mmq::supports(ty, cols));
     // Up to four input rows, each activation load serves four weight rows; larger batches keep
     // two rows' weights in registers against tiles of eight input rows (matvec_quant.cu); mmq
     // blocks take a tile of weight rows by every input row.
-    // One row of rows longer than a group per warp streams them, two weight rows a block.
-    let stream_kernel =
-        stream_decode_kernel(ty).filter(|_| n_rows == 1 && second.is_none() && cols > STREAM_MIN_COLS);
     let rows_per_block = match (mmq, n_rows) {
         (Some(_), _) => mmq::TILE_ROWS,
-        (None, 1) if stream_kernel.is_some() => 2,
         (None, 1..=4) => 4,
         (None, _) => 2,
     };
@@ -238,16 +214,14 @@ fn quantized_matmuls(
     if let Some(mmq) = mmq {
         mmq.launch(device, ty, (values, scales), &projections, blocks, cols, n_rows)?;
     } else {
-        let kernel = match (mixed_kernel, stream_kernel, n_rows) {
-            (Some(mixed), _, 1) => mixed,
-            (Some(_), _, _) => {
-                return Err(BackendError::shape(OP, "projections of two types for more than one row"));
-            }
-            (None, Some(stream), _) => stream,
-            (None, None, 1) => one,
-            (None, None, 2) => two,
-            (None, None, 3 | 4) => four,
-            (None, None, _) => more,
+        let kernel = match (n_rows, mixed_kernel) {
+            (1, Some(kernel)) => kernel.ok_or_else(|| {
+                BackendError::shape(OP, "projections of two types without a kernel for both")
+            })?,
+            (1, None) => one,
+            (2, _) => two,
+            (3 | 4, _) => four,
+            _ => more,
         };
         let config =
             LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };

@@ -97,8 +97,6 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "matvec_q8_quad_q6_k",
             "matvec_q8_batch_q6_k",
             "matvec_q8_decode_q4_k_q6_k",
-            "matvec_q8_stream_q4_k",
-            "matvec_q8_stream_q6_k",
         ],
     },
     KernelSource {
