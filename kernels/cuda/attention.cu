@@ -262,6 +262,7 @@ __device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const f
         fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, row_len);
     }
     wait_for_previous_kernel();
+    let_next_kernel_start();
     for (u32 x = threadIdx.x; x < block_heads * tiles.head_dim; x += blockDim.x) {
         tiles.q_rows[x] = q_chunk[x];
     }

@@ -20,8 +20,10 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 }
 
 // Lets the next kernel start before this one ends, so that its blocks can read what does not
-// depend on this kernel (attention.cu) while this one runs; called after the wait above, so that
-// everything before this kernel is complete by then.
+// depend on this kernel while this one runs: the matmuls their weights, attention the committed
+// keys and values. Called after the wait above, so that every kernel before this one is complete
+// by then. The short kernels that feed the matmuls and attention call it; the matmuls do not,
+// since kernels started early hold SM slots that a large grid still needs.
 __device__ __forceinline__ void let_next_kernel_start() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

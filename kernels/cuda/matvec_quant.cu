@@ -21,6 +21,7 @@
 // `n_blocks` = n_rows * cols / 32.
 extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, float2 *scales) {
     wait_for_previous_kernel();
+    let_next_kernel_start();
     const u32 thread = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = thread / 8 < n_blocks;
     const float4 v = live ? ((const float4 *)x)[thread] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -279,7 +280,6 @@ template <> struct QLanes<FMT_Q8_0> {
 template <int FMT, int ROWS, int TILE>
 __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
                           u32 n_rows) {
-    wait_for_previous_kernel();
     typedef QLanes<FMT> L;
     const Projection projection = projection_of(projections, blockIdx.x);
     const u8 *weight = projection.weight;
@@ -309,6 +309,9 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
                 const u32 row = min(row0 + r, rows - 1);
                 has_block = L::load(weight + (size_t)row * row_bytes, cols, group, lane, raw[r]);
             }
+            // The weights are no kernel's output, so the first group's loads are in flight before
+            // the wait for the kernel that wrote the activations (returning at once after that).
+            wait_for_previous_kernel();
             if (!has_block) {
                 continue;
             }
@@ -344,6 +347,8 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
                 }
             }
         }
+        // Warps without a group have not waited yet.
+        wait_for_previous_kernel();
         store_block_sums<QMATVEC_WARPS, ROWS, TILE>(acc, row0, rows, first, tile, out);
     }
 }
