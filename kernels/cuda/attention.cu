@@ -248,11 +248,12 @@ __device__ void attend_tile(HeadState<DIMS> &state, const float *q, const Tiles 
 // Under programmatic dependent launch the kernel before (attention_inputs) lets this one start
 // early. Keys and values of the committed context were written by earlier steps, so a first tile
 // wholly inside it is fetched before waiting for that kernel; the queries, and the tiles holding
-// the new tokens' keys and values, which it writes, are read after.
+// the new tokens' keys and values, which it writes, are read after. In a decode batch the output
+// projection may in turn start early (let_next_kernel_start).
 template <typename E, int DIMS>
 __device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const float *q_chunk, const float *k_pool,
                              const float *v_pool, const KeyRange &keys, u32 first_tile, u32 last_tile,
-                             u32 block_heads, float scale) {
+                             u32 block_heads, float scale, bool decode_batch) {
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 row_len = tiles.head_dim * sizeof(float) / sizeof(E);
     const u32 key_stride = tiles.key_stride * sizeof(float) / sizeof(E);
@@ -262,7 +263,9 @@ __device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const f
         fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, row_len);
     }
     wait_for_previous_kernel();
-    let_next_kernel_start();
+    if (decode_batch) {
+        let_next_kernel_start();
+    }
     for (u32 x = threadIdx.x; x < block_heads * tiles.head_dim; x += blockDim.x) {
         tiles.q_rows[x] = q_chunk[x];
     }
@@ -471,10 +474,10 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     const u32 last_tile = (u32)((u64)n_tiles * (split + 1) / used_splits);
     if (head_dim % 4 == 0) {
         attend_tiles<float4>(state, tiles, q_chunk, k_pool, v_pool, keys, first_tile, last_tile, block_heads,
-                             scale);
+                             scale, n_rows <= DECODE_ROWS);
     } else {
         attend_tiles<float>(state, tiles, q_chunk, k_pool, v_pool, keys, first_tile, last_tile, block_heads,
-                            scale);
+                            scale, n_rows <= DECODE_ROWS);
     }
 
     HeadOutput head_out;

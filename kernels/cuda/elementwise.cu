@@ -11,7 +11,6 @@ extern "C" __global__ void add(float *acc, const float *x, size_t len) {
 // silu(g) * u. For very negative g, expf overflows to inf and g / inf gives the right -0.
 extern "C" __global__ void swiglu(const float *gate, const float *up, size_t len, float *out) {
     wait_for_previous_kernel();
-    let_next_kernel_start();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) {
         const float g = gate[i];
@@ -24,7 +23,6 @@ extern "C" __global__ void swiglu(const float *gate, const float *up, size_t len
 extern "C" __global__ void swiglu_q8(const float4 *gate, const float4 *up, u32 n_quads, float4 *out, u32 *q,
                                      float2 *scales) {
     wait_for_previous_kernel();
-    let_next_kernel_start();
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = i < n_quads;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -21,7 +21,6 @@
 // `n_blocks` = n_rows * cols / 32.
 extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, float2 *scales) {
     wait_for_previous_kernel();
-    let_next_kernel_start();
     const u32 thread = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = thread / 8 < n_blocks;
     const float4 v = live ? ((const float4 *)x)[thread] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -371,6 +371,7 @@ template <> struct MmqLanes<FMT_Q6_K> {
 template <int FMT, int NF>
 __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols, u32 n_rows,
                     float *partials, u32 *arrivals) {
+    wait_for_previous_kernel();
     typedef MmqLanes<FMT> L;
     const int NT = 8 * NF;
     const Projection projection = projection_of(projections, blockIdx.x);
@@ -393,15 +394,10 @@ __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &pr
     __shared__ __align__(16) MmqTile<NT, L::STRIDE> tiles[2];
     float acc[NF][4] = {};
     typename L::Raw raw[2];
-    // The weights are no kernel's output: the first group's loads are in flight before the wait
-    // for the kernel that wrote the activations.
-    if (begin < end) {
-        L::load(rows[0], cols, begin, t, raw[0]);
-        L::load(rows[1], cols, begin, t, raw[1]);
-    }
-    wait_for_previous_kernel();
     if (begin < end) {
         stage_activations(tiles[0], x_q, x_scales, cols, n_rows, begin);
+        L::load(rows[0], cols, begin, t, raw[0]);
+        L::load(rows[1], cols, begin, t, raw[1]);
     }
     for (u32 group = begin; group < end; ++group) {
         const int current = (group - begin) % 2;

@@ -36,7 +36,9 @@ template <bool PER_WARP, bool ADD, bool QUANTIZE>
 __device__ void norm_in_registers(float *x, const float *delta, const float *weight, u32 row_len, u32 n_rows,
                                   float eps, float *out, u32 *q, float2 *q_scales) {
     wait_for_previous_kernel();
-    let_next_kernel_start();
+    if (n_rows <= DECODE_ROWS) {
+        let_next_kernel_start();
+    }
     const NormGroup<PER_WARP> group;
     // Warp-uniform: a whole warp leaves together, before any shuffle.
     if (group.row >= n_rows) {
@@ -124,7 +126,9 @@ __device__ void normalize_row(const float *x, const float *weight, u32 row_len, 
 // One block per row.
 extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row_len, float eps, float *out) {
     wait_for_previous_kernel();
-    let_next_kernel_start();
+    if (gridDim.x <= DECODE_ROWS) {
+        let_next_kernel_start();
+    }
     const size_t offset = (size_t)blockIdx.x * row_len;
     normalize_row(x + offset, weight, row_len, eps, out + offset);
 }
@@ -134,7 +138,9 @@ extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row
 extern "C" __global__ void add_rms_norm(float *residual, const float *delta, const float *weight, u32 row_len,
                                         float eps, float *out) {
     wait_for_previous_kernel();
-    let_next_kernel_start();
+    if (gridDim.x <= DECODE_ROWS) {
+        let_next_kernel_start();
+    }
     const size_t offset = (size_t)blockIdx.x * row_len;
     for (u32 i = threadIdx.x; i < row_len; i += blockDim.x) {
         residual[offset + i] += delta[offset + i];
