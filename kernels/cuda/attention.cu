@@ -251,9 +251,9 @@ __device__ void attend_tile(HeadState<DIMS> &state, const float *q, const Tiles 
 // the new tokens' keys and values, which it writes, are read after. In a decode batch the output
 // projection may in turn start early (let_next_kernel_start).
 template <typename E, int DIMS>
-__device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const float *q_chunk, const float *k_pool,
-                             const float *v_pool, const KeyRange &keys, u32 first_tile, u32 last_tile,
-                             u32 block_heads, float scale, bool decode_batch) {
+__device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const float *q_chunk,
+                             const float *k_pool, const float *v_pool, const KeyRange &keys, u32 first_tile,
+                             u32 last_tile, u32 block_heads, float scale, bool decode_batch) {
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 row_len = tiles.head_dim * sizeof(float) / sizeof(E);
     const u32 key_stride = tiles.key_stride * sizeof(float) / sizeof(E);
@@ -396,11 +396,10 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
     const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,    \
         const u32 *block_tables, const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,       \
         u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 tile_keys, u32 key_stride,  \
-        u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q,          \
-        float2 *out_scales
+        u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q, float2 *out_scales
 #define ATTENTION_ARGS                                                                                 \
     q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_rows, n_heads, \
-        n_kv_heads, head_dim, scale, heads_per_block, tile_keys, key_stride, n_splits, partials, \
+        n_kv_heads, head_dim, scale, heads_per_block, tile_keys, key_stride, n_splits, partials,        \
         counters, out, out_q, out_scales
 
 // One block's work, for heads of up to DIMS * 32 dimensions.
@@ -617,7 +616,7 @@ extern "C" __global__ void __launch_bounds__(PREFILL_WARPS *WARP_SIZE)
         keys_of_row(seq, block_tables, tree_parents, block_size, rows[1], kv_row_len, kv_offset)};
     // The block reads keys up to the last row's end, which is the latest of its rows'.
     const KeyRange block_keys = keys_of_row(seq, block_tables, tree_parents, block_size,
-                                             min(first_row + PREFILL_ROWS, n_new) - 1, kv_row_len, kv_offset);
+                                            min(first_row + PREFILL_ROWS, n_new) - 1, kv_row_len, kv_offset);
     const u32 n_key_tiles = (block_keys.end + PREFILL_KEYS - 1) / PREFILL_KEYS;
     const bool head_live = warp < block_heads;
     const u32 head = first_head + min(warp, block_heads - 1);

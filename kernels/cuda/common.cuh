@@ -22,10 +22,11 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 // Lets the next kernel start before this one ends, so that its blocks can read what does not
 // depend on this kernel while this one runs: the decode matmuls their weights, attention the
 // committed keys and values. Called after the wait above, so that every kernel before this one is
-// complete by then. Only the short kernels of decode-sized batches (up to DECODE_ROWS rows) that
-// feed them call it: on an H200, verify batches of 8 to 23 rows got 1 to 3 % slower when norms
-// let their int8 tensor-core matmuls start early, whose blocks then hold SM slots and bandwidth
-// that the kernel before them still uses.
+// complete by then. The norms and attention call it for decode-sized batches only (up to
+// DECODE_ROWS rows): on an H200, verify batches of 8 to 23 rows got 1 to 3 % slower when they let
+// the int8 tensor-core matmuls start early, whose blocks then hold SM slots and bandwidth that the
+// kernel before them still uses. attention_inputs calls it for every batch, since attention only
+// fetches keys before it waits.
 #define DECODE_ROWS 4
 __device__ __forceinline__ void let_next_kernel_start() {
 #if __CUDA_ARCH__ >= 900

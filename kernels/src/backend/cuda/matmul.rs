@@ -159,7 +159,12 @@ fn quantized_matmuls(
     let [one, two, four, more] = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
     // Where the second type of a mixed group starts; `matmuls` forms such groups for one row only.
     let second = group.iter().position(|(weight, _)| weight.ty != ty);
-    let mixed_kernel = second.map(|second| mixed_decode_kernel(ty, group[second].0.ty));
+    let mixed_kernel = second
+        .map(|second| {
+            mixed_decode_kernel(ty, group[second].0.ty)
+                .ok_or_else(|| BackendError::shape(OP, "projections of two types without a kernel for both"))
+        })
+        .transpose()?;
     let mmq = mmq.filter(|mmq| second.is_none() && mmq.covers(n_rows) && mmq::supports(ty, cols));
     // Up to four input rows, each activation load serves four weight rows; larger batches keep
     // two rows' weights in registers against tiles of eight input rows (matvec_quant.cu); mmq
@@ -214,14 +219,15 @@ fn quantized_matmuls(
     if let Some(mmq) = mmq {
         mmq.launch(device, ty, (values, scales), &projections, blocks, cols, n_rows)?;
     } else {
-        let kernel = match (n_rows, mixed_kernel) {
-            (1, Some(kernel)) => kernel.ok_or_else(|| {
-                BackendError::shape(OP, "projections of two types without a kernel for both")
-            })?,
-            (1, None) => one,
-            (2, _) => two,
-            (3 | 4, _) => four,
-            _ => more,
+        let kernel = match (mixed_kernel, n_rows) {
+            (Some(mixed), 1) => mixed,
+            (Some(_), _) => {
+                return Err(BackendError::shape(OP, "projections of two types for more than one row"));
+            }
+            (None, 1) => one,
+            (None, 2) => two,
+            (None, 3 | 4) => four,
+            (None, _) => more,
         };
         let config =
             LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };

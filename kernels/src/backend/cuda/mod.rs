@@ -77,7 +77,7 @@ pub struct CudaBackend {
     /// Tensor-core int8 kernels for verify-sized batches of block-quantized weights; absent
     /// before sm_80.
     mmq: Option<Mmq>,
-    /// The split decode attention's states and settings (see attention.rs).
+    /// The split decode attention's states and completion counters (see attention.rs).
     split_attention: SplitAttention,
     /// The device side of `argmax_rows`' ids, kept since greedy decoding calls it every step.
     argmax_ids: Mutex<ScratchBuffer<u32>>,
