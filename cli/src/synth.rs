@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use canopy_models::synth::{self, Arch, Shape, SynthOptions, WeightType};
+use canopy_models::synth::{self, Arch, ScaleFit, Shape, SynthOptions, WeightType};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,11 +25,21 @@ pub struct Args {
     /// Seed of the weights; the same flags give a bit-identical file.
     #[arg(long, env = "CANOPY_SYNTH_SEED", default_value_t = 0)]
     seed: u64,
+    /// Fit each K-quant sub-block's scale on the grid its extremes span, without llama-quantize's
+    /// search around it: a Q4_K_M model is written several times faster, with the same tensor
+    /// types and a slightly larger rounding error. For benchmark files.
+    #[arg(long, env = "CANOPY_SYNTH_FAST_FIT")]
+    fast_fit: bool,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let options =
-        SynthOptions { arch: args.arch, shape: args.shape, weight_type: args.weight_type, seed: args.seed };
+    let options = SynthOptions {
+        arch: args.arch,
+        shape: args.shape,
+        weight_type: args.weight_type,
+        seed: args.seed,
+        scale_fit: if args.fast_fit { ScaleFit::Nominal } else { ScaleFit::Search },
+    };
     // Write beside the target and rename at the end, so a failed run never leaves a partial model.
     let partial = partial_path(&args.out);
     let started = Instant::now();

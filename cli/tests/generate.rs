@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use canopy_models::chat_template::{ChatRender, ChatTemplate, Message, Role};
 use canopy_models::gguf::GgufFile;
-use canopy_models::synth::{Arch, Shape, SynthOptions, WeightType, write_model};
+use canopy_models::synth::{Arch, ScaleFit, Shape, SynthOptions, WeightType, write_model};
 use canopy_models::tokenizer::Tokenizer;
 
 const MODELS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/testdata/models");
@@ -109,8 +109,13 @@ fn seeded_sampling_is_reproducible() {
 
 fn synth_tiny(dir: &Path) -> String {
     let path = dir.join("tiny.gguf");
-    let options =
-        SynthOptions { arch: Arch::Qwen3, shape: Shape::Tiny, weight_type: WeightType::F32, seed: 5 };
+    let options = SynthOptions {
+        arch: Arch::Qwen3,
+        shape: Shape::Tiny,
+        weight_type: WeightType::F32,
+        seed: 5,
+        scale_fit: ScaleFit::Search,
+    };
     let out = std::fs::File::create(&path).expect("a writable temporary directory");
     write_model(&options, std::io::BufWriter::new(out)).expect("the tiny model is written");
     path.to_str().expect("a UTF-8 path").to_owned()

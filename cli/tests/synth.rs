@@ -44,3 +44,24 @@ fn bad_flags_and_unwritable_paths_fail_cleanly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!target.exists());
 }
+
+/// `--fast-fit` only changes how K-quant scales are fitted: the tiny shape's Q4_K_M recipe falls
+/// back to Q5_0 and Q8_0 (rows of 64 and 192 columns are no whole K-quant super-blocks), so its
+/// file does not change.
+#[test]
+fn fast_fit_leaves_formats_without_a_scale_search_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    for (name, fast_fit) in [("searched.gguf", false), ("nominal.gguf", true)] {
+        let mut args = vec!["synth", "--shape", "tiny", "--type", "q4_k_m", "--seed", "3"];
+        if fast_fit {
+            args.push("--fast-fit");
+        }
+        let out_path = path(name);
+        args.extend(["--out", &out_path]);
+        let out = canopy(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("13 q5_0"));
+    }
+    assert_eq!(std::fs::read(path("searched.gguf")).unwrap(), std::fs::read(path("nominal.gguf")).unwrap());
+}

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use canopy_models::gguf::GgufFile;
-use canopy_models::synth::{Arch, Shape, SynthOptions, WEIGHT_SIGMA, WeightType, write_model};
+use canopy_models::synth::{Arch, ScaleFit, Shape, SynthOptions, WEIGHT_SIGMA, WeightType, write_model};
 
 fn fixture(name: &str) -> GgufFile {
     let path = format!("{}/testdata/models/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -17,7 +17,7 @@ fn fixture(name: &str) -> GgufFile {
 
 fn synth(shape: Shape, weight_type: WeightType, seed: u64) -> Vec<u8> {
     let mut out = Vec::new();
-    let options = SynthOptions { arch: Arch::Qwen3, shape, weight_type, seed };
+    let options = SynthOptions { arch: Arch::Qwen3, shape, weight_type, seed, scale_fit: ScaleFit::Search };
     let summary = write_model(&options, &mut out).unwrap();
     assert_eq!(summary.file_bytes, out.len() as u64);
     assert_eq!(summary.file_type, weight_type.file_type());

@@ -36,6 +36,18 @@ type DequantizeFn = fn(&[u8], &mut [f32]);
 type DotFn = fn(&[u8], &[f32]) -> f32;
 type QuantizeFn = fn(&[f32], &mut [u8]);
 
+/// How the K-format quantizers (Q4_K, Q5_K, Q6_K) choose each sub-block's scale.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ScaleFit {
+    /// Tries grids slightly finer and coarser than the one the sub-block's extremes span and
+    /// keeps the least-squares fit with the smallest error, as llama.cpp's quantizers do.
+    #[default]
+    Search,
+    /// Only the grid the extremes span, refit by least squares: a twentieth of the search's work
+    /// for a slightly larger rounding error. Meant for synthetic benchmark weights.
+    Nominal,
+}
+
 /// The CPU kernels of one block format. Each kernel takes slices whose lengths have already been
 /// checked against each other, holding whole blocks.
 struct RowKernels {
@@ -99,7 +111,17 @@ pub fn dot_row(ty: GgmlType, src: &[u8], x: &[f32]) -> Result<f32, QuantError> {
 /// (beyond about 65504 times the format's largest quant), do not panic but decode to unspecified
 /// values.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    let quantize = row_kernels(ty).and_then(|k| k.quantize).ok_or(QuantError::Unsupported(ty, "quantize"))?;
+    quantize_row_with(ty, src, dst, ScaleFit::Search)
+}
+
+/// [`quantize_row`] with the K formats' scales chosen by `fit`; other formats ignore it.
+pub fn quantize_row_with(ty: GgmlType, src: &[f32], dst: &mut [u8], fit: ScaleFit) -> Result<(), QuantError> {
+    let searched = row_kernels(ty).and_then(|k| k.quantize);
+    let quantize = match fit {
+        ScaleFit::Search => searched,
+        ScaleFit::Nominal => k_quants::nominal_quantizer(ty).or(searched),
+    }
+    .ok_or(QuantError::Unsupported(ty, "quantize"))?;
     check_lengths(ty, src.len(), dst.len())?;
     quantize(src, dst);
     Ok(())
@@ -161,6 +183,34 @@ mod tests {
             dot_row(GgmlType::Q8_0, &[0; 34], &out[..31]),
             Err(QuantError::PartialBlock { ty: GgmlType::Q8_0, elements: 31, block_size: 32 })
         );
+    }
+
+    /// The nominal fit of the K formats decodes close to the searched one (a little worse on
+    /// average over many blocks); other formats ignore the fit; errors are the same.
+    #[test]
+    fn nominal_scale_fit_stays_close_to_the_search() {
+        let n = 64 * QK_K;
+        // A deterministic spread of values with some large ones, like a weight row.
+        let x: Vec<f32> =
+            (0..n).map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * (1 + i % 5) as f32).collect();
+        let squared_error = |ty: GgmlType, fit: ScaleFit| {
+            let mut bytes = vec![0u8; n / ty.block_size() * ty.type_size()];
+            quantize_row_with(ty, &x, &mut bytes, fit).unwrap();
+            let mut decoded = vec![0f32; n];
+            dequantize_row(ty, &bytes, &mut decoded).unwrap();
+            x.iter().zip(&decoded).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>()
+        };
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+            let (search, nominal) =
+                (squared_error(ty, ScaleFit::Search), squared_error(ty, ScaleFit::Nominal));
+            assert!(search <= nominal && nominal < 1.3 * search, "{ty}: search {search}, nominal {nominal}");
+        }
+        assert_eq!(
+            squared_error(GgmlType::Q8_0, ScaleFit::Nominal),
+            squared_error(GgmlType::Q8_0, ScaleFit::Search)
+        );
+        let err = quantize_row_with(GgmlType::Q3K, &x, &mut [0; 110], ScaleFit::Nominal);
+        assert_eq!(err, Err(QuantError::Unsupported(GgmlType::Q3K, "quantize")));
     }
 
     #[test]

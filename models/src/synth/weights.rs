@@ -1,6 +1,6 @@
 //! Random tensor data, generated and encoded in parallel chunks of rows.
 
-use canopy_kernels::quant::quantize_row;
+use canopy_kernels::quant::{ScaleFit, quantize_row_with};
 use rayon::prelude::*;
 
 use super::SynthError;
@@ -27,8 +27,9 @@ fn tensor_key(name: &str) -> u64 {
 }
 
 /// The encoded data of `tensor` for `seed`: norm weights uniform in [`NORM_RANGE`], everything
-/// else N(0, [`WEIGHT_SIGMA`]), each row encoded as the tensor's type.
-pub(crate) fn tensor_data(tensor: &PlannedTensor, seed: u64) -> Result<Vec<u8>, SynthError> {
+/// else N(0, [`WEIGHT_SIGMA`]), each row encoded as the tensor's type with K-format scales fitted
+/// by `fit`.
+pub(crate) fn tensor_data(tensor: &PlannedTensor, seed: u64, fit: ScaleFit) -> Result<Vec<u8>, SynthError> {
     let row_len = tensor.row_len();
     let ty = tensor.ggml_type;
     let (Some(row_bytes), Some(total_bytes)) = (ty.bytes_for(row_len), tensor.byte_size()) else {
@@ -51,7 +52,7 @@ pub(crate) fn tensor_data(tensor: &PlannedTensor, seed: u64) -> Result<Vec<u8>, 
             for (row, encoded) in
                 values.chunks_exact(row_len as usize).zip(out.chunks_exact_mut(row_bytes as usize))
             {
-                quantize_row(ty, row, encoded)
+                quantize_row_with(ty, row, encoded, fit)
                     .map_err(|source| SynthError::Quantize { tensor: tensor.name.clone(), source })?;
             }
             Ok::<(), SynthError>(())
@@ -86,7 +87,7 @@ mod tests {
     fn matrices_are_normal_and_norms_near_one() {
         let plan = ModelPlan::new(Shape::Tiny, WeightType::F32);
         let embd = plan.tensor("token_embd.weight").unwrap();
-        let values = decoded(embd, &tensor_data(embd, 5).unwrap());
+        let values = decoded(embd, &tensor_data(embd, 5, ScaleFit::Search).unwrap());
         let n = values.len() as f64;
         let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
         let std = (values.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n).sqrt();
@@ -94,7 +95,7 @@ mod tests {
         assert!((std / f64::from(WEIGHT_SIGMA) - 1.0).abs() < 0.01, "std {std}");
 
         let norm = plan.tensor("blk.1.ffn_norm.weight").unwrap();
-        let values = decoded(norm, &tensor_data(norm, 5).unwrap());
+        let values = decoded(norm, &tensor_data(norm, 5, ScaleFit::Search).unwrap());
         assert!(values.iter().all(|v| (0.5..1.5).contains(v)));
     }
 
@@ -105,8 +106,8 @@ mod tests {
         let bf16_plan = ModelPlan::new(Shape::Tiny, WeightType::Bf16);
         let (exact, rounded) = (f32_plan.tensor(name).unwrap(), bf16_plan.tensor(name).unwrap());
         assert_eq!(rounded.ggml_type, GgmlType::Bf16);
-        let exact = decoded(exact, &tensor_data(exact, 11).unwrap());
-        let rounded = decoded(rounded, &tensor_data(rounded, 11).unwrap());
+        let exact = decoded(exact, &tensor_data(exact, 11, ScaleFit::Search).unwrap());
+        let rounded = decoded(rounded, &tensor_data(rounded, 11, ScaleFit::Search).unwrap());
         for (a, b) in exact.iter().zip(&rounded) {
             // bf16 keeps 8 significant bits.
             assert!((a - b).abs() <= a.abs() / 128.0, "{a} vs {b}");
@@ -119,11 +120,14 @@ mod tests {
         for (name, ty) in [("blk.3.attn_k.weight", GgmlType::Q4K), ("blk.0.attn_v.weight", GgmlType::Q6K)] {
             let tensor = plan.tensor(name).unwrap();
             assert_eq!(tensor.ggml_type, ty);
-            let values = decoded(tensor, &tensor_data(tensor, 2).unwrap());
-            let n = values.len() as f64;
-            let std = (values.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n).sqrt();
-            // 1M samples; Q4_K's rounding error adds about 1 % of sigma in quadrature.
-            assert!((std / f64::from(WEIGHT_SIGMA) - 1.0).abs() < 0.01, "{name}: rms {std}");
+            // Either fit: 1M samples, and Q4_K's rounding error adds about 1 % of sigma in
+            // quadrature.
+            for fit in [ScaleFit::Search, ScaleFit::Nominal] {
+                let values = decoded(tensor, &tensor_data(tensor, 2, fit).unwrap());
+                let n = values.len() as f64;
+                let std = (values.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n).sqrt();
+                assert!((std / f64::from(WEIGHT_SIGMA) - 1.0).abs() < 0.01, "{name}, {fit:?}: rms {std}");
+            }
         }
     }
 
@@ -132,7 +136,7 @@ mod tests {
         // A chunk is 64 rows of 1024 here, so the 1024 rows of this K projection make 16 chunks.
         let plan = ModelPlan::new(Shape::Qwen3_0_6B, WeightType::F32);
         let k = plan.tensor("blk.0.attn_k.weight").unwrap();
-        let data = tensor_data(k, 1).unwrap();
+        let data = tensor_data(k, 1, ScaleFit::Search).unwrap();
         let chunk_bytes = 64 * 1024 * 4;
         assert_ne!(data[..64], data[chunk_bytes..chunk_bytes + 64]);
     }

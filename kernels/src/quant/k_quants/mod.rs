@@ -9,8 +9,19 @@ pub(super) mod q5_k;
 pub(super) mod q6_k;
 pub(super) mod q8_k;
 
-use super::QK_K;
 use super::le::{f32_to_f16_at_least, round_clamped};
+use super::{GgmlType, QK_K, QuantizeFn, ScaleFit};
+
+/// The quantizer of `ty` that fits scales on the nominal grid only ([`ScaleFit::Nominal`]), for
+/// the formats that search.
+pub(super) fn nominal_quantizer(ty: GgmlType) -> Option<QuantizeFn> {
+    match ty {
+        GgmlType::Q4K => Some(q4_k::quantize_q4_k_nominal),
+        GgmlType::Q5K => Some(q5_k::quantize_q5_k_nominal),
+        GgmlType::Q6K => Some(q6_k::quantize_q6_k_nominal),
+        _ => None,
+    }
+}
 
 /// Sub-blocks of 16 elements in a Q3_K/Q6_K super-block.
 const SIGNED_SUB_BLOCKS: usize = QK_K / 16;
@@ -94,11 +105,11 @@ struct AffineSuperBlock {
 /// Quantizes a super-block to quants in `0..=max_q`: fits each 32-element sub-block's scale and
 /// min ([`fit::fit_scale_min`]), quantizes those to 6 bits against the largest of each, then picks
 /// every quant against the scale and min a reader will decode.
-fn quantize_affine_super_block(x: &[f32; QK_K], max_q: u8) -> AffineSuperBlock {
+fn quantize_affine_super_block(x: &[f32; QK_K], max_q: u8, scale_fit: ScaleFit) -> AffineSuperBlock {
     let (sub_blocks, _) = x.as_chunks::<32>();
     let mut fitted = [(0.0f32, 0.0f32); AFFINE_SUB_BLOCKS];
     for (fit, sub) in fitted.iter_mut().zip(sub_blocks) {
-        *fit = fit::fit_scale_min(sub, max_q);
+        *fit = fit::fit_scale_min(sub, max_q, scale_fit);
     }
     let max_scale = fitted.iter().fold(0.0f32, |m, f| m.max(f.0));
     let max_min = fitted.iter().fold(0.0f32, |m, f| m.max(f.1));

@@ -7,7 +7,7 @@
 
 use super::{AFFINE_SUB_BLOCKS, SCALE_MIN_BYTES, quantize_affine_super_block, unpack_scale_min};
 use crate::quant::le::f16_to_f32;
-use crate::quant::{GgmlType, QK_K, RowKernels};
+use crate::quant::{GgmlType, QK_K, RowKernels, ScaleFit};
 
 /// d: f16, dmin: f16, scales: 12 bytes, qh: 32 bytes, qs: 128 bytes.
 const Q5_K_BYTES: usize = 2 + 2 + SCALE_MIN_BYTES + QK_K / 8 + QK_K / 2;
@@ -76,8 +76,16 @@ fn dot_q5_k(src: &[u8], x: &[f32]) -> f32 {
 }
 
 fn quantize_q5_k(src: &[f32], dst: &mut [u8]) {
+    quantize_q5_k_with(src, dst, ScaleFit::Search)
+}
+
+pub(super) fn quantize_q5_k_nominal(src: &[f32], dst: &mut [u8]) {
+    quantize_q5_k_with(src, dst, ScaleFit::Nominal)
+}
+
+fn quantize_q5_k_with(src: &[f32], dst: &mut [u8], fit: ScaleFit) {
     for (x, block) in src.as_chunks::<QK_K>().0.iter().zip(dst.as_chunks_mut::<Q5_K_BYTES>().0) {
-        let quantized = quantize_affine_super_block(x, 31);
+        let quantized = quantize_affine_super_block(x, 31, fit);
         block[0..2].copy_from_slice(&quantized.d);
         block[2..4].copy_from_slice(&quantized.dmin);
         block[4..QH_OFFSET].copy_from_slice(&quantized.packed_scale_min);

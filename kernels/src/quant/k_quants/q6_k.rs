@@ -10,7 +10,7 @@
 use super::fit::fit_symmetric;
 use super::{SignedBlock, dequantize_signed, dot_signed};
 use crate::quant::le::{f16_to_f32, f32_to_f16_at_least, round_clamped};
-use crate::quant::{GgmlType, QK_K, RowKernels};
+use crate::quant::{GgmlType, QK_K, RowKernels, ScaleFit};
 
 /// ql: 128 bytes, qh: 64 bytes, scales: 16 × i8, d: f16.
 const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
@@ -62,9 +62,17 @@ fn dot_q6_k(src: &[u8], x: &[f32]) -> f32 {
 }
 
 fn quantize_q6_k(src: &[f32], dst: &mut [u8]) {
+    quantize_q6_k_with(src, dst, ScaleFit::Search)
+}
+
+pub(super) fn quantize_q6_k_nominal(src: &[f32], dst: &mut [u8]) {
+    quantize_q6_k_with(src, dst, ScaleFit::Nominal)
+}
+
+fn quantize_q6_k_with(src: &[f32], dst: &mut [u8], fit: ScaleFit) {
     for (x, block) in src.as_chunks::<QK_K>().0.iter().zip(dst.as_chunks_mut::<Q6_K_BYTES>().0) {
         let sub_blocks = x.as_chunks::<16>().0;
-        let fitted: [f32; SUB_BLOCKS] = std::array::from_fn(|j| fit_symmetric(&sub_blocks[j], -32, 31));
+        let fitted: [f32; SUB_BLOCKS] = std::array::from_fn(|j| fit_symmetric(&sub_blocks[j], -32, 31, fit));
         let max_abs = fitted.iter().fold(0.0f32, |m, s| m.max(s.abs()));
         let (d_bytes, d) = f32_to_f16_at_least(max_abs / 127.0);
         let scales = fitted.map(|s| if d > 0.0 { round_clamped(s / d, -128, 127) as i8 } else { 0 });

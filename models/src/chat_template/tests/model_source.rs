@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::gguf::GgufFile;
-use crate::synth::{self, Arch, Shape, SynthOptions, WeightType};
+use crate::synth::{self, Arch, ScaleFit, Shape, SynthOptions, WeightType};
 use crate::tokenizer::Tokenizer;
 
 fn testdata(path: &str) -> String {
@@ -11,8 +11,13 @@ fn testdata(path: &str) -> String {
 
 #[test]
 fn the_gguf_template_renders_with_the_tokenizer_special_tokens() {
-    let options =
-        SynthOptions { arch: Arch::Qwen3, shape: Shape::Tiny, weight_type: WeightType::F32, seed: 1 };
+    let options = SynthOptions {
+        arch: Arch::Qwen3,
+        shape: Shape::Tiny,
+        weight_type: WeightType::F32,
+        seed: 1,
+        scale_fit: ScaleFit::Search,
+    };
     let mut bytes = Vec::new();
     synth::write_model(&options, &mut bytes).unwrap();
     let file = GgufFile::from_bytes(bytes).unwrap();
