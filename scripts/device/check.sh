@@ -5,7 +5,7 @@
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [bf16] [ab]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
-# scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's base revision).
+# scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
 bin=${BIN:-target/device}
 out=${OUT:-/tmp/canopy-out}
@@ -115,14 +115,15 @@ if has bf16; then
     "$bin/canopy" bench "$models/b8b.gguf" --backend cuda --prefill 512 --decode 128 --forward 1,23 --repetitions 3 2>&1 | tee "$out/bench-b8b.txt"
 fi
 if has ab; then
-    # The same decode and verify measurements with pack.sh's base build and this one, alternating,
-    # in one call on one file.
+    # The same decode and verify measurements with each of pack.sh's revisions and this build,
+    # alternating, twice, in one call on one file.
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
-    for build in base new base new; do
-        canopy=$bin/canopy
-        [ "$build" = base ] && canopy=$bin/canopy-base
-        echo "== $build"
-        "$canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,23 --repetitions 3 2>&1 |
-            grep -E "tg|fwd"
+    builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
+    for round in 1 2; do
+        for build in $builds canopy; do
+            echo "== $build (round $round)"
+            "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,23 \
+                --repetitions 3 2>&1 | grep -E "tg|fwd"
+        done
     done | tee "$out/ab.txt"
 fi
