@@ -73,26 +73,12 @@ pub(super) fn matmuls(
     let mut rest = projections;
     while let Some(((weight, _), _)) = rest.split_first() {
         let ty = weight.ty;
-        let run = if q8_kernels(ty).is_some() {
-            let same = rest.iter().take(MAX_PROJECTIONS).take_while(|(w, _)| w.ty == ty).count();
-            // A decode step's q and k may share their launch with a v of another format.
-            let second = rest
-                .get(same)
-                .map(|(w, _)| w.ty)
-                .filter(|&other| n_rows == 1 && mixed_decode_kernel(ty, other).is_some());
-            match second {
-                Some(other) => {
-                    same + rest[same..]
-                        .iter()
-                        .take(MAX_PROJECTIONS - same)
-                        .take_while(|(w, _)| w.ty == other)
-                        .count()
-                }
-                None => same,
-            }
-        } else {
-            1
-        };
+        // The runs are never longer than MAX_PROJECTIONS, so the types of as many will do.
+        let mut types = [ty; MAX_PROJECTIONS];
+        for (slot, (w, _)) in types.iter_mut().zip(rest.iter()) {
+            *slot = w.ty;
+        }
+        let run = launch_run(&types[..rest.len().min(MAX_PROJECTIONS)], n_rows);
         let (group, tail) = rest.split_at_mut(run);
         match group {
             [(weight, out)] if q8_kernels(ty).is_none() => float_matmul(device, x, weight, n_rows, out)?,
@@ -101,6 +87,25 @@ pub(super) fn matmuls(
         rest = tail;
     }
     Ok(())
+}
+
+/// How many of the leading projections, of weight types `types` (at least one), share the first
+/// one's launch for a batch of `n_rows`: up to [`MAX_PROJECTIONS`] of one block-quantized type,
+/// for one row followed by those of the second type of a [`mixed_decode_kernel`] (a decode step's
+/// q and k with a v of another format); an element-wise weight has a launch of its own.
+fn launch_run(types: &[GgmlType], n_rows: usize) -> usize {
+    let Some(&ty) = types.first() else { return 0 };
+    if q8_kernels(ty).is_none() {
+        return 1;
+    }
+    let limit = types.len().min(MAX_PROJECTIONS);
+    let same = types[..limit].iter().take_while(|&&t| t == ty).count();
+    match types.get(same) {
+        Some(&other) if same < limit && n_rows == 1 && mixed_decode_kernel(ty, other).is_some() => {
+            same + types[same..limit].iter().take_while(|&&t| t == other).count()
+        }
+        _ => same,
+    }
 }
 
 /// The decode kernel for projections of type `first` followed by projections of type `second`
@@ -309,4 +314,34 @@ fn float_kernel(ty: GgmlType, cols: usize, n_rows: usize) -> Result<FloatKernel,
     } else {
         FloatKernel { name: batch, rows: 1, tile: 8 }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launches_group_runs_of_one_quantized_type_and_mixed_decode_projections() {
+        use GgmlType::{Bf16, F16, Q4K, Q6K, Q8_0};
+        let cases: [(&[GgmlType], usize, usize); 10] = [
+            // A layer's q, k and v, and gate and up.
+            (&[Q4K, Q4K, Q4K], 1, 3),
+            (&[Q4K, Q4K], 23, 2),
+            // Q4_K_M's mixed layers: one launch for one row, two for a batch.
+            (&[Q4K, Q4K, Q6K], 1, 3),
+            (&[Q4K, Q4K, Q6K], 2, 2),
+            // At most three, and the second type only after the first.
+            (&[Q4K, Q6K, Q6K, Q6K], 1, 3),
+            (&[Q4K, Q6K, Q4K], 1, 2),
+            (&[Q6K, Q4K], 1, 1),
+            (&[Q8_0, Q6K], 1, 1),
+            // Element-wise weights launch alone.
+            (&[F16, F16], 1, 1),
+            (&[Bf16], 4, 1),
+        ];
+        for (types, n_rows, run) in cases {
+            assert_eq!(launch_run(types, n_rows), run, "{types:?} by {n_rows}");
+        }
+        assert_eq!(launch_run(&[], 1), 0);
+    }
 }
