@@ -230,17 +230,16 @@ fn attention_output_int8_copy_feeds_the_output_projection() {
             let gpu_batch = AttentionBatch::upload(gpu, &layout).unwrap();
             cpu.attention(&cpu_in[0], &cpu_in[1], &cpu_in[2], &cpu_batch, &params, &mut cpu_attn).unwrap();
             gpu.attention(&gpu_in[0], &gpu_in[1], &gpu_in[2], &gpu_batch, &params, &mut gpu_attn).unwrap();
-            let m = layout.n_rows() * rows;
-            let (mut cpu_out, mut gpu_out) = (cpu.zeros(m).unwrap(), gpu.zeros(m).unwrap());
-            cpu.matmul(&cpu_attn, &cpu_weight, layout.n_rows(), &mut cpu_out).unwrap();
-            gpu.matmul(&gpu_attn, &gpu_weight, layout.n_rows(), &mut gpu_out).unwrap();
-            check(
-                &format!(
-                    "attention -> {ty} matmul, {n_new} rows after {n_past}, heads {n_heads} of {head_dim}"
-                ),
-                &fetch(gpu, &gpu_out, m),
-                &fetch(&cpu, &cpu_out, m),
-                super::matmul::matmul_tolerance(ty, layout.n_rows()),
+            let label = format!(
+                "attention -> {ty} matmul, {n_new} rows after {n_past}, heads {n_heads} of {head_dim}"
+            );
+            let weights = (&cpu_weight, &gpu_weight);
+            super::matmul::check_matmul(
+                &label,
+                (&cpu, gpu),
+                (&cpu_attn, &gpu_attn),
+                weights,
+                layout.n_rows(),
             );
         }
     }

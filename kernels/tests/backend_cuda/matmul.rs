@@ -1,6 +1,8 @@
 //! Matrix products against the CPU: every weight type and batch size, the int8 tensor-core
 //! kernels, several projections per launch, and the int8 copies of their inputs.
 
+use canopy_kernels::backend::WeightMatrix;
+
 use super::*;
 
 #[test]
@@ -42,13 +44,9 @@ fn matmul_parity(
     let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
     for &n_rows in batches {
         let x = gaussian_row(n_rows * cols, 1.0, rng);
-        let mut cpu_out = cpu.zeros(n_rows * rows).unwrap();
-        let mut gpu_out = gpu.zeros(n_rows * rows).unwrap();
-        cpu.matmul(&cpu.upload(&x).unwrap(), &cpu_weight, n_rows, &mut cpu_out).unwrap();
-        gpu.matmul(&gpu.upload(&x).unwrap(), &gpu_weight, n_rows, &mut gpu_out).unwrap();
-        let n = n_rows * rows;
+        let xs = (&cpu.upload(&x).unwrap(), &gpu.upload(&x).unwrap());
         let label = format!("matmul {ty} {rows}x{cols} by {n_rows}");
-        check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), matmul_tolerance(ty, n_rows));
+        check_matmul(&label, (&cpu, gpu), xs, (&cpu_weight, &gpu_weight), n_rows);
     }
 }
 
@@ -64,6 +62,23 @@ pub(super) fn matmul_tolerance(ty: GgmlType, n_rows: usize) -> f32 {
         GgmlType::Bf16 => 1e-2,
         _ => 2e-3,
     }
+}
+
+/// `x · weightᵀ` on both backends, each from its own copy of `x` and of the weight, compared within
+/// the weight type's tolerance at `n_rows`.
+pub(super) fn check_matmul(
+    label: &str,
+    (cpu, gpu): (&CpuBackend, &CudaBackend),
+    (cpu_x, gpu_x): (&<CpuBackend as Backend>::Tensor, &<CudaBackend as Backend>::Tensor),
+    (cpu_weight, gpu_weight): (&<CpuBackend as Backend>::Weight, &<CudaBackend as Backend>::Weight),
+    n_rows: usize,
+) {
+    let m = n_rows * gpu_weight.rows();
+    let (mut cpu_out, mut gpu_out) = (cpu.zeros(m).unwrap(), gpu.zeros(m).unwrap());
+    cpu.matmul(cpu_x, cpu_weight, n_rows, &mut cpu_out).unwrap();
+    gpu.matmul(gpu_x, gpu_weight, n_rows, &mut gpu_out).unwrap();
+    let tolerance = matmul_tolerance(gpu_weight.ty(), n_rows);
+    check(label, &fetch(gpu, &gpu_out, m), &fetch(cpu, &cpu_out, m), tolerance);
 }
 
 /// Verify-sized batches of the block-quantized formats take the int8 tensor-core kernels (mmq.cu).
@@ -135,43 +150,28 @@ fn int8_copies_written_by_norms_and_swiglu_feed_the_matmuls() {
             &mut gpu_x,
         )
         .unwrap();
-        let (mut cpu_out, mut gpu_out) =
-            (cpu.zeros(n_rows * rows).unwrap(), gpu.zeros(n_rows * rows).unwrap());
-        cpu.matmul(&cpu_x, &weights.0, n_rows, &mut cpu_out).unwrap();
-        gpu.matmul(&gpu_x, &weights.1, n_rows, &mut gpu_out).unwrap();
-        let m = n_rows * rows;
-        let tolerance = matmul_tolerance(ty, n_rows);
-        check(
+        let backends = (&cpu, gpu);
+        let weights = (&weights.0, &weights.1);
+        check_matmul(
             &format!("norm -> matmul {cols} cols by {n_rows}"),
-            &fetch(gpu, &gpu_out, m),
-            &fetch(&cpu, &cpu_out, m),
-            tolerance,
+            backends,
+            (&cpu_x, &gpu_x),
+            weights,
+            n_rows,
         );
         // rms_norm of the new residual, then the matmul: the copy is rewritten.
         cpu.rms_norm(&cpu_residual, &cpu_norm, n_rows, 1e-6, &mut cpu_x).unwrap();
         gpu.rms_norm(&gpu_residual, &gpu_norm, n_rows, 1e-6, &mut gpu_x).unwrap();
-        cpu.matmul(&cpu_x, &weights.0, n_rows, &mut cpu_out).unwrap();
-        gpu.matmul(&gpu_x, &weights.1, n_rows, &mut gpu_out).unwrap();
-        check(
-            &format!("rms_norm -> matmul {cols} cols by {n_rows}"),
-            &fetch(gpu, &gpu_out, m),
-            &fetch(&cpu, &cpu_out, m),
-            tolerance,
-        );
+        let label = format!("rms_norm -> matmul {cols} cols by {n_rows}");
+        check_matmul(&label, backends, (&cpu_x, &gpu_x), weights, n_rows);
         // SwiGLU, then the matmul.
         let (cpu_gate, gpu_gate) = (cpu.upload(&gate).unwrap(), gpu.upload(&gate).unwrap());
         let (cpu_up, gpu_up) = (cpu.upload(&up).unwrap(), gpu.upload(&up).unwrap());
         cpu.swiglu(&cpu_gate, &cpu_up, n, &mut cpu_x).unwrap();
         gpu.swiglu(&gpu_gate, &gpu_up, n, &mut gpu_x).unwrap();
         check(&format!("swiglu {n}"), &fetch(gpu, &gpu_x, n), &fetch(&cpu, &cpu_x, n), 2e-6);
-        cpu.matmul(&cpu_x, &weights.0, n_rows, &mut cpu_out).unwrap();
-        gpu.matmul(&gpu_x, &weights.1, n_rows, &mut gpu_out).unwrap();
-        check(
-            &format!("swiglu -> matmul {cols} cols by {n_rows}"),
-            &fetch(gpu, &gpu_out, m),
-            &fetch(&cpu, &cpu_out, m),
-            tolerance,
-        );
+        let label = format!("swiglu -> matmul {cols} cols by {n_rows}");
+        check_matmul(&label, backends, (&cpu_x, &gpu_x), weights, n_rows);
     }
 }
 
