@@ -357,3 +357,64 @@ fn swiglu_and_add_match_their_definitions() {
     assert_shape_error(backend.swiglu(&gate_tensor, &backend.zeros(9).unwrap(), 10, &mut out), "swiglu");
     assert_shape_error(backend.add(&mut backend.zeros(9).unwrap(), &up_tensor, 10), "add");
 }
+
+/// `swiglu_matmuls` is `matmuls` then `swiglu`: the gated input of a feed-forward network.
+#[test]
+fn swiglu_matmuls_gate_the_up_projection_by_the_silu_of_the_gate_projection() {
+    let backend = CpuBackend::new();
+    let mut rng = Rng::new(0x9a7e);
+    let (rows, cols, n_rows) = (40, 256, 3);
+    let (gate_bytes, gate_w) = random_weight(GgmlType::Q4K, rows, cols, &mut rng);
+    let (up_bytes, up_w) = random_weight(GgmlType::Q4K, rows, cols, &mut rng);
+    let gate_weight = backend.upload_weight(GgmlType::Q4K, rows, cols, &gate_bytes).unwrap();
+    let up_weight = backend.upload_weight(GgmlType::Q4K, rows, cols, &up_bytes).unwrap();
+    let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
+    let x_tensor = backend.upload(&x).unwrap();
+    let len = n_rows * rows;
+    let [mut gate, mut up, mut act] = [(); 3].map(|_| upload_padded(&backend, &[], len + 2));
+    backend
+        .swiglu_matmuls(&x_tensor, n_rows, (&gate_weight, &mut gate), (&up_weight, &mut up), &mut act)
+        .unwrap();
+    let product = |w: &[f32], t: usize, r: usize| -> f64 {
+        w[r * cols..][..cols]
+            .iter()
+            .zip(&x[t * cols..][..cols])
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum()
+    };
+    let (mut want_gate, mut want_act) = (Vec::new(), Vec::new());
+    for t in 0..n_rows {
+        for r in 0..rows {
+            let (g, u) = (product(&gate_w, t, r), product(&up_w, t, r));
+            want_gate.push(g);
+            want_act.push(g / (1.0 + (-g).exp()) * u);
+        }
+    }
+    let (got_gate, got_act) = (download(&backend, &gate), download(&backend, &act));
+    assert_close(&got_gate[..len], &want_gate, 1e-4, "gate");
+    assert_close(&got_act[..len], &want_act, 1e-4, "act");
+    for got in [&got_gate, &download(&backend, &up), &got_act] {
+        assert_tail_untouched(got, len, "swiglu_matmuls outputs");
+    }
+
+    // The two weights must have one shape, and every output room for the rows.
+    let (short_bytes, _) = random_weight(GgmlType::Q4K, rows - 1, cols, &mut rng);
+    let short_weight = backend.upload_weight(GgmlType::Q4K, rows - 1, cols, &short_bytes).unwrap();
+    let mismatched = backend.swiglu_matmuls(
+        &x_tensor,
+        n_rows,
+        (&gate_weight, &mut gate),
+        (&short_weight, &mut up),
+        &mut act,
+    );
+    assert_shape_error(mismatched, "swiglu_matmuls");
+    let mut small = backend.zeros(len - 1).unwrap();
+    let short_act = backend.swiglu_matmuls(
+        &x_tensor,
+        n_rows,
+        (&gate_weight, &mut gate),
+        (&up_weight, &mut up),
+        &mut small,
+    );
+    assert_shape_error(short_act, "swiglu_matmuls");
+}

@@ -171,6 +171,23 @@ pub trait Backend: Send + Sync + Sized + 'static {
         projections.iter_mut().try_for_each(|(weight, out)| self.matmul(x, weight, n_rows, out))
     }
 
+    /// A feed-forward network's gated input: `gate = x · gate_weightᵀ`, `up = x · up_weightᵀ` (both
+    /// weights of one shape) and `act = silu(gate) * up`, over `n_rows` rows. The same as
+    /// [`Self::matmuls`] then [`Self::swiglu`], which is what this default does; a backend may run
+    /// them as one.
+    fn swiglu_matmuls(
+        &self,
+        x: &Self::Tensor,
+        n_rows: usize,
+        (gate_weight, gate): (&Self::Weight, &mut Self::Tensor),
+        (up_weight, up): (&Self::Weight, &mut Self::Tensor),
+        act: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        let len = shape::swiglu_matmuls(x, n_rows, (gate_weight, &*gate), (up_weight, &*up), &*act)?;
+        self.matmuls(x, n_rows, &mut [(gate_weight, &mut *gate), (up_weight, &mut *up)])?;
+        self.swiglu(gate, up, len, act)
+    }
+
     /// Rotates `x`, `[n_rows, n_heads, head_dim]`, in place; row `i` at position `positions[i]`.
     fn rope(
         &self,

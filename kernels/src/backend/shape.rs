@@ -94,6 +94,33 @@ pub(crate) fn matmul(
     holds_rows(OP, "out", out.len(), n_rows, weight.rows())
 }
 
+/// Checks both projections of [`Backend::swiglu_matmuls`] and its output; returns the number of
+/// values of `act`.
+pub(crate) fn swiglu_matmuls(
+    x: &impl DeviceArray,
+    n_rows: usize,
+    (gate_weight, gate): (&impl WeightMatrix, &impl DeviceArray),
+    (up_weight, up): (&impl WeightMatrix, &impl DeviceArray),
+    act: &impl DeviceArray,
+) -> Result<usize, BackendError> {
+    const OP: &str = "swiglu_matmuls";
+    if (gate_weight.rows(), gate_weight.cols()) != (up_weight.rows(), up_weight.cols()) {
+        let detail = format!(
+            "gate is {}x{} but up is {}x{}",
+            gate_weight.rows(),
+            gate_weight.cols(),
+            up_weight.rows(),
+            up_weight.cols()
+        );
+        return Err(BackendError::shape(OP, detail));
+    }
+    matmul(x, gate_weight, n_rows, gate)?;
+    matmul(x, up_weight, n_rows, up)?;
+    let len = elements(OP, n_rows, gate_weight.rows())?;
+    holds(OP, "act", act.len(), len)?;
+    Ok(len)
+}
+
 pub(crate) fn rope(
     x: &impl DeviceArray,
     positions: &impl DeviceArray,

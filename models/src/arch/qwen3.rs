@@ -595,12 +595,13 @@ impl<B: Backend> Weights<'_, B> {
             backend.attention(&s.q, k_pool, v_pool, &s.batch, &attention, &mut s.attn)?;
             backend.matmul(&s.attn, &layer.attn_output, n, &mut s.delta)?;
             backend.add_rms_norm(&mut s.residual, &s.delta, &layer.ffn_norm, n, eps, &mut s.normed)?;
-            backend.matmuls(
+            backend.swiglu_matmuls(
                 &s.normed,
                 n,
-                &mut [(&layer.ffn_gate, &mut s.gate), (&layer.ffn_up, &mut s.up)],
+                (&layer.ffn_gate, &mut s.gate),
+                (&layer.ffn_up, &mut s.up),
+                &mut s.act,
             )?;
-            backend.swiglu(&s.gate, &s.up, n * config.ffn, &mut s.act)?;
             backend.matmul(&s.act, &layer.ffn_down, n, &mut s.delta)?;
             delta_pending = true;
             if capture && self.capture_layers.contains(&index) {
