@@ -29,7 +29,7 @@ mod rope;
 mod shape;
 
 pub use attention::{AttentionBatch, AttentionLayout, AttentionParams, Mask, SequenceSpec, TREE_ROOT};
-pub use attention_inputs::{AttentionInputs, AttentionTargets};
+pub use attention_inputs::{AttentionInputs, AttentionProjections, AttentionTargets, HeadParams};
 pub use error::BackendError;
 pub use rope::{RopeParams, RopeStyle};
 
@@ -254,6 +254,19 @@ pub trait Backend: Send + Sync + Sized + 'static {
         targets: AttentionTargets<'_, Self>,
     ) -> Result<(), BackendError> {
         attention_inputs::one_op_at_a_time(self, inputs, targets)
+    }
+
+    /// A layer's attention inputs from its normalised input: the q, k and v projections of
+    /// `projections.x`, each into its own output, then [`Self::attention_inputs`] of those. The
+    /// same as [`Self::matmuls`] then [`Self::attention_inputs`], which is what this default does;
+    /// a backend may run them as one.
+    fn project_attention_inputs(
+        &self,
+        projections: AttentionProjections<'_, Self>,
+        heads: &HeadParams<'_, Self>,
+        targets: AttentionTargets<'_, Self>,
+    ) -> Result<(), BackendError> {
+        attention_inputs::projections_then_inputs(self, projections, heads, targets)
     }
 
     /// `out = silu(gate) * up` over the first `len` elements.

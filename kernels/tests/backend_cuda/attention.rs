@@ -50,10 +50,7 @@ fn fused_inputs<B: Backend>(
     let [q_raw, k_raw, v, q_norm, k_norm, pool] = host.each_ref().map(|data| backend.upload(data).unwrap());
     let (positions, slots) = (backend.upload_index(positions).unwrap(), backend.upload_index(slots).unwrap());
     let n_rows = positions.len();
-    let inputs = AttentionInputs {
-        q_raw: &q_raw,
-        k_raw: &k_raw,
-        v: &v,
+    let heads = HeadParams {
         q_norm: &q_norm,
         k_norm: &k_norm,
         eps: 1e-6,
@@ -63,6 +60,7 @@ fn fused_inputs<B: Backend>(
         q_rope,
         k_rope,
     };
+    let inputs = AttentionInputs { q_raw: &q_raw, k_raw: &k_raw, v: &v, heads };
     let (mut q, mut k) = (backend.zeros(q_raw.len()).unwrap(), backend.zeros(k_raw.len()).unwrap());
     let (mut k_pool, mut v_pool) = (backend.upload(&host[5]).unwrap(), pool);
     let targets = AttentionTargets { q: &mut q, k: &mut k, k_pool: &mut k_pool, v_pool: &mut v_pool };

@@ -35,7 +35,7 @@ use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::{CudaBackend, CudaGraphExec};
 use canopy_kernels::backend::{
     AttentionBatch, AttentionInputs, AttentionLayout, AttentionParams, AttentionTargets, Backend,
-    BackendError, DeviceArray, Mask, RopeParams, RopeStyle, SequenceSpec, TREE_ROOT,
+    BackendError, DeviceArray, HeadParams, Mask, RopeParams, RopeStyle, SequenceSpec, TREE_ROOT,
 };
 use canopy_kernels::quant::GgmlType;
 use common::{Floats, Rng, gaussian_row, random_blocks};

@@ -8,8 +8,8 @@
 //! whose batch is no larger than an earlier one's allocates nothing on the host either.
 
 use canopy_kernels::backend::{
-    AttentionBatch, AttentionInputs, AttentionLayout, AttentionParams, AttentionTargets, Backend,
-    DeviceArray, RopeParams, RopeStyle, SequenceSpec,
+    AttentionBatch, AttentionLayout, AttentionParams, AttentionProjections, AttentionTargets, Backend,
+    DeviceArray, HeadParams, RopeParams, RopeStyle, SequenceSpec,
 };
 
 use super::load::{MetadataReader, invalid, matrix, vector};
@@ -565,22 +565,16 @@ impl<B: Backend> Weights<'_, B> {
             } else {
                 backend.rms_norm(&s.residual, &layer.attn_norm, n, eps, &mut s.normed)?;
             }
-            backend.matmuls(
-                &s.normed,
-                n,
-                &mut [
-                    (&layer.attn_q, &mut s.q_raw),
-                    (&layer.attn_k, &mut s.k_raw),
-                    (&layer.attn_v, &mut s.v),
-                ],
-            )?;
             let (k_pool, v_pool) = cache
                 .pools_mut(index)
                 .ok_or_else(|| ArchError::Batch(format!("the KV cache has no layer {index}")))?;
-            let inputs = AttentionInputs {
-                q_raw: &s.q_raw,
-                k_raw: &s.k_raw,
-                v: &s.v,
+            let projections = AttentionProjections {
+                x: &s.normed,
+                q: (&layer.attn_q, &mut s.q_raw),
+                k: (&layer.attn_k, &mut s.k_raw),
+                v: (&layer.attn_v, &mut s.v),
+            };
+            let heads = HeadParams {
                 q_norm: &layer.attn_q_norm,
                 k_norm: &layer.attn_k_norm,
                 eps,
@@ -590,8 +584,8 @@ impl<B: Backend> Weights<'_, B> {
                 q_rope,
                 k_rope,
             };
-            backend
-                .attention_inputs(&inputs, AttentionTargets { q: &mut s.q, k: &mut s.k, k_pool, v_pool })?;
+            let targets = AttentionTargets { q: &mut s.q, k: &mut s.k, k_pool, v_pool };
+            backend.project_attention_inputs(projections, &heads, targets)?;
             backend.attention(&s.q, k_pool, v_pool, &s.batch, &attention, &mut s.attn)?;
             backend.matmul(&s.attn, &layer.attn_output, n, &mut s.delta)?;
             backend.add_rms_norm(&mut s.residual, &s.delta, &layer.ffn_norm, n, eps, &mut s.normed)?;

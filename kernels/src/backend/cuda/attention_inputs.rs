@@ -4,7 +4,8 @@
 use super::CudaBackend;
 use super::context::{driver, grid, to_u32};
 use crate::backend::{
-    AttentionInputs, AttentionTargets, BackendError, DeviceArray, RopeStyle, attention_inputs, shape,
+    AttentionInputs, AttentionTargets, BackendError, DeviceArray, HeadParams, RopeStyle, attention_inputs,
+    shape,
 };
 
 const OP: &str = "attention_inputs";
@@ -18,8 +19,8 @@ pub(super) fn attention_inputs(
     inputs: &AttentionInputs<'_, CudaBackend>,
     targets: AttentionTargets<'_, CudaBackend>,
 ) -> Result<(), BackendError> {
-    let AttentionInputs { q_raw, k_raw, v, q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } =
-        *inputs;
+    let AttentionInputs { q_raw, k_raw, v, heads } = *inputs;
+    let HeadParams { q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } = heads;
     let head_dim = q_rope.head_dim;
     // The kernel rotates queries and keys alike and normalises whole heads; anything else takes
     // the ops one at a time, which also report what is wrong with a malformed call.
