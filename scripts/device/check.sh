@@ -3,7 +3,7 @@
 # reference logits and CPU-vs-CUDA greedy ids,
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
-# Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [bf16] [ab]
+# Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -108,6 +108,22 @@ if has profile; then
         cut -d, -f1-4,9 "$out/kernels-q8b.csv" | head -25
     else
         echo "no nsys (or no 8b model): skipping the profile"
+    fi
+fi
+if has durations; then
+    # Each kernel's device time in a few 8B decode steps, run alone under Nsight Compute (graph
+    # nodes included): which kernels a step spends its time in, and, summed against fwd1, how much
+    # the overlap of programmatic launches and the gaps between kernels add or save.
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    if [ -n "$ncu" ]; then
+        # Past the op-by-op and recording steps: the launches of about one replayed step.
+        "$ncu" --metrics gpu__time_duration.sum --csv --launch-skip 700 --launch-count 340 \
+            "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 6 --forward 0 \
+            --repetitions 1 --warmup 0 >"$out/durations.csv" 2>"$out/durations.err"
+        python3 scripts/device/kernel_times.py "$out/durations.csv" | tee "$out/durations.txt"
+    else
+        echo "no ncu: skipping the kernel durations"
     fi
 fi
 if has bf16; then
