@@ -22,6 +22,13 @@ export LD_LIBRARY_PATH="$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CUDA_HOME="$cuda_root"
 export CANOPY_REQUIRE_NVRTC=1
 
+# The kernel emulator (kernels/emulator) compiles the CUDA sources as C++20 (g++ 12 or later).
+if ! command -v c++ >/dev/null 2>&1; then
+    sudo_cmd=$(command -v sudo || true)
+    $sudo_cmd apt-get update -qq
+    $sudo_cmd apt-get install -y -qq g++
+fi
+
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

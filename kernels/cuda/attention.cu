@@ -562,7 +562,29 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
-    __trap();
+    // The same product by warp shuffles, for devices before sm_80 and the CPU emulator
+    // (kernels/emulator): lane 4g + s holds columns 2s, 2s + 1 and 2s + 8, 2s + 9 of A's rows g
+    // and g + 8, lane 4n + s rows 2s.. and 2s + 8.. of B's column n.
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane / 4, t = lane % 4;
+    for (int s = 0; s < 4; ++s) {
+        u32 rows[4], even[2], odd[2];
+        for (int i = 0; i < 4; ++i) {
+            rows[i] = __shfl_sync(FULL_MASK, a[i], 4 * g + s);
+        }
+        even[0] = __shfl_sync(FULL_MASK, b0, 8 * t + s);
+        even[1] = __shfl_sync(FULL_MASK, b1, 8 * t + s);
+        odd[0] = __shfl_sync(FULL_MASK, b0, 8 * t + 4 + s);
+        odd[1] = __shfl_sync(FULL_MASK, b1, 8 * t + 4 + s);
+        for (int c = 0; c < 4; ++c) {
+            const u32 *column = c % 2 ? odd : even;
+            const u32 low = rows[c / 2], high = rows[c / 2 + 2];
+            d[c] += f16_bits_to_f32(low & 0xffff) * f16_bits_to_f32(column[0] & 0xffff) +
+                    f16_bits_to_f32(low >> 16) * f16_bits_to_f32(column[0] >> 16) +
+                    f16_bits_to_f32(high & 0xffff) * f16_bits_to_f32(column[1] & 0xffff) +
+                    f16_bits_to_f32(high >> 16) * f16_bits_to_f32(column[1] >> 16);
+        }
+    }
 #endif
 }
 

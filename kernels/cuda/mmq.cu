@@ -51,8 +51,9 @@
 
 __device__ __forceinline__ float magic_sum(int bits) { return __int_as_float(bits) - MMQ_MAGIC_FLOAT; }
 
-// The kernels are only launched on sm_80 and later (mma.sync on int8, cp.async); the fallbacks
-// keep the file compiling for older devices, whose matmuls take the other kernels.
+// The kernels are launched on sm_80 and later (mma.sync on int8, cp.async). Without them the
+// fallbacks compute the same with warp shuffles and plain copies, slowly: the CPU emulator
+// (kernels/emulator) runs these, so that the kernels' indexing is tested without a GPU.
 __device__ __forceinline__ void mma_k32(int (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #if __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -60,7 +61,21 @@ __device__ __forceinline__ void mma_k32(int (&d)[4], const u32 (&a)[4], u32 b0, 
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
-    __trap();
+    // Lane 4g + s holds columns 4s.. of rows g and g + 8 (a0, a1) and 16 + 4s.. (a2, a3); lane
+    // 4n + s holds rows 4s.. and 16 + 4s.. of column n (b0, b1).
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane / 4, t = lane % 4;
+    for (int s = 0; s < 4; ++s) {
+        const int a_lane = 4 * g + s;
+        const int a0 = __shfl_sync(FULL_MASK, (int)a[0], a_lane), a1 = __shfl_sync(FULL_MASK, (int)a[1], a_lane);
+        const int a2 = __shfl_sync(FULL_MASK, (int)a[2], a_lane), a3 = __shfl_sync(FULL_MASK, (int)a[3], a_lane);
+        const int even0 = __shfl_sync(FULL_MASK, (int)b0, 8 * t + s), even1 = __shfl_sync(FULL_MASK, (int)b1, 8 * t + s);
+        const int odd0 = __shfl_sync(FULL_MASK, (int)b0, 8 * t + 4 + s), odd1 = __shfl_sync(FULL_MASK, (int)b1, 8 * t + 4 + s);
+        d[0] = __dp4a(a2, even1, __dp4a(a0, even0, d[0]));
+        d[1] = __dp4a(a2, odd1, __dp4a(a0, odd0, d[1]));
+        d[2] = __dp4a(a3, even1, __dp4a(a1, even0, d[2]));
+        d[3] = __dp4a(a3, odd1, __dp4a(a1, odd0, d[3]));
+    }
 #endif
 }
 
@@ -70,7 +85,16 @@ __device__ __forceinline__ void mma_k16(int (&d)[4], u32 a0, u32 a1, u32 b0) {
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a0), "r"(a1), "r"(b0));
 #else
-    __trap();
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane / 4, t = lane % 4;
+    for (int s = 0; s < 4; ++s) {
+        const int row0 = __shfl_sync(FULL_MASK, (int)a0, 4 * g + s), row8 = __shfl_sync(FULL_MASK, (int)a1, 4 * g + s);
+        const int even = __shfl_sync(FULL_MASK, (int)b0, 8 * t + s), odd = __shfl_sync(FULL_MASK, (int)b0, 8 * t + 4 + s);
+        d[0] = __dp4a(row0, even, d[0]);
+        d[1] = __dp4a(row0, odd, d[1]);
+        d[2] = __dp4a(row8, even, d[2]);
+        d[3] = __dp4a(row8, odd, d[3]);
+    }
 #endif
 }
 
@@ -81,7 +105,7 @@ __device__ __forceinline__ void copy_async_16(void *dst, const void *src, bool l
                  "l"(src), "r"(live ? 16u : 0u)
                  : "memory");
 #else
-    __trap();
+    *(uint4 *)dst = live ? *(const uint4 *)src : make_uint4(0, 0, 0, 0);
 #endif
 }
 
@@ -91,7 +115,7 @@ __device__ __forceinline__ void copy_async_8(void *dst, const void *src, bool li
                  "l"(src), "r"(live ? 8u : 0u)
                  : "memory");
 #else
-    __trap();
+    *(uint2 *)dst = live ? *(const uint2 *)src : make_uint2(0, 0);
 #endif
 }
 

@@ -24,7 +24,7 @@ fn scale_offset(ty: GgmlType) -> Option<usize> {
 }
 
 /// Bytes per device row of a weight whose GGUF rows hold `gguf_row_bytes`.
-pub(super) fn device_row_bytes(ty: GgmlType, gguf_row_bytes: usize) -> usize {
+pub fn device_row_bytes(ty: GgmlType, gguf_row_bytes: usize) -> usize {
     match scale_offset(ty) {
         Some(_) => gguf_row_bytes.next_multiple_of(ROW_ALIGN),
         None => gguf_row_bytes,
@@ -32,7 +32,7 @@ pub(super) fn device_row_bytes(ty: GgmlType, gguf_row_bytes: usize) -> usize {
 }
 
 /// The device bytes of `rows` GGUF rows, or `None` when the format is stored as it is.
-pub(super) fn split_rows(ty: GgmlType, bytes: &[u8], gguf_row_bytes: usize) -> Option<Vec<u8>> {
+pub fn split_rows(ty: GgmlType, bytes: &[u8], gguf_row_bytes: usize) -> Option<Vec<u8>> {
     let scale_at = scale_offset(ty)?;
     let block_bytes = ty.type_size();
     let body_bytes = block_bytes - SCALE_BYTES;

@@ -31,7 +31,7 @@ mod error;
 mod gemm;
 mod graph;
 mod launch;
-mod layout;
+pub mod layout;
 mod matmul;
 mod memory;
 mod mmq;

@@ -1,0 +1,250 @@
+//! What the emulated kernel tests share: device-layout buffers, the launch parameter structs of
+//! the kernels, the CPU reference and the error check.
+
+// Each test binary uses a different part of this module.
+#![allow(dead_code)]
+
+use std::ffi::c_void;
+
+use canopy_kernel_emulator::{LaunchShape, launch};
+use canopy_kernels::backend::cpu::CpuBackend;
+use canopy_kernels::backend::cuda::layout::{device_row_bytes, split_rows};
+use canopy_kernels::backend::{Backend, DeviceArray};
+use canopy_kernels::quant::GgmlType;
+
+use super::common::{Floats, Rng, random_blocks};
+
+/// Host memory with the 16-byte alignment of device allocations, which the kernels' vector
+/// loads need.
+pub struct DeviceBuffer {
+    words: Vec<u128>,
+}
+
+impl DeviceBuffer {
+    pub fn zeroed(bytes: usize) -> Self {
+        Self { words: vec![0; bytes.div_ceil(16)] }
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut buffer = Self::zeroed(bytes.len());
+        buffer.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        buffer
+    }
+
+    pub fn from_floats(values: &[f32]) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::from_bytes(&bytes)
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.words.len() * 16;
+        // SAFETY: u128 storage viewed as its bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), len) }
+    }
+
+    pub fn floats(&self, len: usize) -> Vec<f32> {
+        let len_bytes = self.words.len() * 16;
+        assert!(4 * len <= len_bytes, "{len} floats in a buffer of {len_bytes} bytes");
+        // SAFETY: in bounds (checked above), and any bits are a valid f32.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<f32>(), len) }.to_vec()
+    }
+
+    /// The buffer's address as a kernel pointer argument.
+    pub fn address(&mut self) -> u64 {
+        self.words.as_mut_ptr() as u64
+    }
+}
+
+/// A random block-quantized weight, in GGUF bytes (for the CPU) and in the device layout.
+pub struct DeviceWeight {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub gguf: Vec<u8>,
+    pub device: DeviceBuffer,
+    pub row_bytes: usize,
+}
+
+impl DeviceWeight {
+    pub fn random(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Self {
+        let gguf = random_blocks(ty, rows * cols / ty.block_size(), rng, Floats::Moderate);
+        let gguf_row_bytes = cols / ty.block_size() * ty.type_size();
+        let device_bytes = split_rows(ty, &gguf, gguf_row_bytes).unwrap_or_else(|| gguf.clone());
+        let row_bytes = device_row_bytes(ty, gguf_row_bytes);
+        Self { ty, rows, cols, gguf, device: DeviceBuffer::from_bytes(&device_bytes), row_bytes }
+    }
+}
+
+/// `n` activations that `quantize_q8` represents exactly: each block of 32 is a power of two
+/// times integers in -127..=127, one of them ±127. The int8 kernels then compute what the CPU
+/// computes in f32, up to the order of summation.
+pub fn int8_exact_row(n: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut row = Vec::with_capacity(n);
+    for block in 0..n.div_ceil(32) {
+        let d = (-((rng.next_u64() % 5) as i32) - 3) as f32;
+        let d = d.exp2();
+        let peak = (rng.next_u64() % 32) as usize;
+        for i in 0..32.min(n - 32 * block) {
+            let q = if i == peak {
+                if rng.next_u64().is_multiple_of(2) { 127 } else { -127 }
+            } else {
+                (rng.next_u64() % 255) as i32 - 127
+            };
+            row.push(d * q as f32);
+        }
+    }
+    row
+}
+
+/// `x · weightᵀ` for `n_rows` rows of `x`, on the CPU backend.
+pub fn cpu_matmul(weight: &DeviceWeight, x: &[f32], n_rows: usize) -> Vec<f32> {
+    let cpu = CpuBackend::new();
+    let w = cpu.upload_weight(weight.ty, weight.rows, weight.cols, &weight.gguf).unwrap();
+    let x = cpu.upload(x).unwrap();
+    let mut out = cpu.zeros(n_rows * weight.rows).unwrap();
+    cpu.matmul(&x, &w, n_rows, &mut out).unwrap();
+    let mut host = vec![0.0; n_rows * weight.rows];
+    cpu.download(&out, &mut host).unwrap();
+    assert_eq!(host.len(), out.len());
+    host
+}
+
+/// Up to three weights the int8 kernels multiply by one input (quant.cuh's `Projections`).
+#[repr(C)]
+#[derive(Default)]
+pub struct Projections {
+    pub weight: [u64; 3],
+    pub out: [u64; 3],
+    pub row_bytes: [u64; 3],
+    pub rows: [u32; 3],
+    pub first_block: [u32; 4],
+    pub count: u32,
+}
+
+impl Projections {
+    /// Adds `weight`, its rows computed into `out`, `rows_per_block` rows a block.
+    pub fn push(&mut self, weight: &DeviceWeight, out: &mut [f32], rows_per_block: usize) {
+        let p = self.count as usize;
+        let first = self.first_block[p];
+        self.weight[p] = weight.device.words.as_ptr() as u64;
+        self.out[p] = out.as_mut_ptr() as u64;
+        self.row_bytes[p] = weight.row_bytes as u64;
+        self.rows[p] = weight.rows as u32;
+        let blocks = first + weight.rows.div_ceil(rows_per_block) as u32;
+        self.first_block[p + 1..].fill(blocks);
+        self.count += 1;
+    }
+
+    pub fn blocks(&self) -> u32 {
+        self.first_block[self.count as usize]
+    }
+}
+
+/// The int8 copy of some rows of activations (`quantize_q8`'s output).
+pub struct Q8Copy {
+    pub values: DeviceBuffer,
+    pub scales: DeviceBuffer,
+}
+
+/// Rounds `x` (rows of a multiple of 32 values) to int8 blocks with the emulated `quantize_q8`.
+pub fn quantize_q8(x: &[f32]) -> Q8Copy {
+    let n_blocks = (x.len() / 32) as u32;
+    let mut input = DeviceBuffer::from_floats(x);
+    let mut copy =
+        Q8Copy { values: DeviceBuffer::zeroed(x.len()), scales: DeviceBuffer::zeroed(8 * x.len() / 32) };
+    let (mut x_ptr, mut q, mut scales, mut n) =
+        (input.address(), copy.values.address(), copy.scales.address(), n_blocks);
+    let threads = 8 * n_blocks;
+    run(
+        "quantize_q8",
+        LaunchShape::linear(threads.div_ceil(256), 256),
+        &mut [ptr(&mut x_ptr), ptr(&mut n), ptr(&mut q), ptr(&mut scales)],
+    );
+    copy
+}
+
+/// Runs a matvec_quant.cu kernel over `projections` (128 threads a block), with the mixed
+/// kernel's `second_block` when given.
+pub fn run_matvec(
+    kernel: &str,
+    copy: &Q8Copy,
+    projections: &Projections,
+    cols: usize,
+    n_rows: usize,
+    second_block: Option<u32>,
+) {
+    let mut q = copy.values.words.as_ptr() as u64;
+    let mut scales = copy.scales.words.as_ptr() as u64;
+    let mut projections_arg = Projections { ..*projections };
+    let (mut cols, mut n_rows) = (cols as u32, n_rows as u32);
+    let mut second = second_block.unwrap_or(0);
+    let mut args =
+        vec![ptr(&mut q), ptr(&mut scales), ptr(&mut projections_arg), ptr(&mut cols), ptr(&mut n_rows)];
+    if second_block.is_some() {
+        args.push(ptr(&mut second));
+    }
+    run(kernel, LaunchShape::linear(projections.blocks(), 128), &mut args);
+}
+
+pub fn ptr<T>(value: &mut T) -> *mut c_void {
+    (value as *mut T).cast()
+}
+
+/// Launches `kernel`, panicking with the emulator's message on failure.
+pub fn run(kernel: &str, shape: LaunchShape, args: &mut [*mut c_void]) {
+    // SAFETY: the callers pass arguments in the kernels' parameter order and types, pointing at
+    // buffers sized for the launch.
+    unsafe { launch(kernel, shape, args) }.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Asserts `got` matches `want` within `tolerance` of `max(1, max |want|)` and prints the error.
+pub fn check(label: &str, got: &[f32], want: &[f32], tolerance: f32) {
+    assert_eq!(got.len(), want.len(), "{label}: lengths");
+    let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let mut worst = 0.0f32;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let error = (g - w).abs() / scale;
+        assert!(error <= tolerance, "{label}[{i}]: emulated {g}, cpu {w}, error {error:e} > {tolerance:e}");
+        worst = worst.max(error);
+    }
+    println!("parity {label}: max error {worst:.2e} (tolerance {tolerance:.0e})");
+}
+
+/// Runs an mmq.cu kernel over `projections` (64 weight rows a block), K split `splits` ways.
+pub fn run_mmq(
+    kernel: &str,
+    copy: &Q8Copy,
+    projections: &Projections,
+    cols: usize,
+    n_rows: usize,
+    splits: u32,
+) {
+    const TILE_ROWS: usize = 64;
+    let tiles = projections.blocks();
+    let tile = [8, 16, 24, 32, 48, 64].into_iter().find(|&t| t >= n_rows).expect("at most 64 rows");
+    let mut partials = DeviceBuffer::zeroed(4 * tiles as usize * splits as usize * TILE_ROWS * tile);
+    let mut arrivals = DeviceBuffer::zeroed(4 * tiles as usize);
+    let mut q = copy.values.words.as_ptr() as u64;
+    let mut scales = copy.scales.words.as_ptr() as u64;
+    let mut projections_arg = Projections { ..*projections };
+    let (mut cols, mut n_rows) = (cols as u32, n_rows as u32);
+    let (mut partials_ptr, mut arrivals_ptr) = (partials.address(), arrivals.address());
+    let shape = LaunchShape { grid: [tiles, splits, 1], block: [128, 1, 1], dynamic_shared_bytes: 0 };
+    run(
+        kernel,
+        shape,
+        &mut [
+            ptr(&mut q),
+            ptr(&mut scales),
+            ptr(&mut projections_arg),
+            ptr(&mut cols),
+            ptr(&mut n_rows),
+            ptr(&mut partials_ptr),
+            ptr(&mut arrivals_ptr),
+        ],
+    );
+    assert!(
+        arrivals.floats(tiles as usize).iter().all(|c| c.to_bits() == 0),
+        "{kernel}: arrival counters reset"
+    );
+}

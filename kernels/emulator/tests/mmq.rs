@@ -1,0 +1,69 @@
+//! The int8 tensor-core kernels (mmq.cu), emulated with their warp-shuffle fallback for
+//! mma.sync, against the CPU backend: every block-quantized format and tile of input rows, K
+//! whole and split between blocks. Activations round to int8 exactly (`int8_exact_row`), so only
+//! the order of summation differs from the CPU.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod emulated;
+
+use canopy_kernels::quant::GgmlType;
+use common::Rng;
+use emulated::{DeviceWeight, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, run_mmq};
+
+const TOLERANCE: f32 = 1e-5;
+
+fn kernel(ty: GgmlType, n_rows: usize) -> String {
+    let suffix = match ty {
+        GgmlType::Q8_0 => "q8_0",
+        GgmlType::Q4K => "q4_k",
+        GgmlType::Q5K => "q5_k",
+        GgmlType::Q6K => "q6_k",
+        _ => unreachable!("block-quantized types only"),
+    };
+    let tile = [8, 16, 24, 32, 48, 64].into_iter().find(|&t| t >= n_rows).unwrap();
+    format!("mmq_{suffix}_{tile}")
+}
+
+fn parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits: u32, rng: &mut Rng) {
+    let weights = [DeviceWeight::random(ty, rows, cols, rng), DeviceWeight::random(ty, 16, cols, rng)];
+    let x = int8_exact_row(n_rows * cols, rng);
+    let copy = quantize_q8(&x);
+    let mut outs = weights.each_ref().map(|w| vec![f32::NAN; n_rows * w.rows]);
+    let mut projections = Projections::default();
+    for (weight, out) in weights.iter().zip(outs.iter_mut()) {
+        projections.push(weight, out, 64);
+    }
+    let kernel = kernel(ty, n_rows);
+    run_mmq(&kernel, &copy, &projections, cols, n_rows, splits);
+    for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
+        let label = format!("{kernel} projection {p} {}x{cols} by {n_rows}, {splits} splits", weight.rows);
+        check(&label, out, &cpu_matmul(weight, &x, n_rows), TOLERANCE);
+    }
+}
+
+/// 70 weight rows leave part of the second 64-row tile empty (and a second projection of 16
+/// rows follows); 5 to 64 input rows fill or leave part of each tile of input rows.
+#[test]
+fn mmq_kernels_match_cpu_for_every_quantized_type_and_tile() {
+    let mut rng = Rng::new(31);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        for n_rows in [5, 16, 23, 32, 40, 64] {
+            parity(ty, (70, 512), n_rows, 1, &mut rng);
+        }
+    }
+}
+
+/// Five groups of 256 columns split three ways (the last split shorter) and four ways (the last
+/// split empty): every split writes a partial tile and the last to arrive sums them.
+#[test]
+fn mmq_kernels_sum_k_splits() {
+    let mut rng = Rng::new(32);
+    for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+        for splits in [3, 4] {
+            parity(ty, (37, 1280), 23, splits, &mut rng);
+        }
+    }
+}
