@@ -102,36 +102,67 @@ __device__ float block_max(float v) {
     return warp_max(lane < n_warps ? partial[lane] : -INFINITY);
 }
 
+// Sums each of N values (N a power of two, at most 32) across the warp's lanes with N - 1 + 5 -
+// log2 N shuffles instead of 5 N: each step halves the values a lane keeps, trading the half its
+// partner keeps. Total i ends in the lanes whose high log2 N bits are i, among them lane
+// i << (5 - log2 N); the other values are undefined.
+__device__ constexpr int log2_exact(int n) { return n <= 1 ? 0 : 1 + log2_exact(n / 2); }
+
+template <int N> __device__ __forceinline__ float warp_sums(float (&v)[N]) {
+    static_assert(N >= 1 && N <= WARP_SIZE && (N & (N - 1)) == 0, "N is a power of two up to 32");
+    const int lane = threadIdx.x % WARP_SIZE;
+    int offset = WARP_SIZE / 2;
+#pragma unroll
+    for (int count = N; count > 1; count /= 2, offset /= 2) {
+        const bool upper = (lane & offset) != 0;
+#pragma unroll
+        for (int i = 0; i < count / 2; ++i) {
+            const float keep = upper ? v[i + count / 2] : v[i];
+            const float send = upper ? v[i] : v[i + count / 2];
+            v[i] = keep + __shfl_xor_sync(FULL_MASK, send, offset);
+        }
+    }
+#pragma unroll
+    for (; offset > 0; offset /= 2) {
+        v[0] += __shfl_xor_sync(FULL_MASK, v[0], offset);
+    }
+    return v[0];
+}
+
 // The end of a matrix-vector block: adds each of WARPS warps' accumulators acc[r][b] (weight row
 // row0 + r, input row first + b) across the block and writes those inside rows x tile to out
 // (n_rows x rows). Every thread of the block calls it; it leaves shared memory free for reuse.
 template <int WARPS, int ROWS, int TILE>
 __device__ void store_block_sums(const float (&acc)[ROWS][TILE], u32 row0, u32 rows, u32 first, u32 tile,
                                  float *out) {
-    __shared__ float partial[WARPS][ROWS * TILE];
+    const int N = ROWS * TILE;
+    __shared__ float partial[WARPS][N];
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
+    float sums[N];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
 #pragma unroll
         for (int b = 0; b < TILE; ++b) {
-            const float sum = warp_sum(acc[r][b]);
-            if (lane == 0) {
-                partial[warp][r * TILE + b] = sum;
-            }
+            sums[r * TILE + b] = acc[r][b];
         }
     }
+    const float total = warp_sums<N>(sums);
+    const int holder_bits = 5 - log2_exact(N);
+    if (lane % (1 << holder_bits) == 0) {
+        partial[warp][lane >> holder_bits] = total;
+    }
     __syncthreads();
-    for (int i = threadIdx.x; i < ROWS * TILE; i += blockDim.x) {
+    for (int i = threadIdx.x; i < N; i += blockDim.x) {
         const u32 row = row0 + i / TILE;
         const u32 b = i % TILE;
         if (row < rows && b < tile) {
-            float total = 0.0f;
+            float sum = 0.0f;
 #pragma unroll
             for (int w = 0; w < WARPS; ++w) {
-                total += partial[w][i];
+                sum += partial[w][i];
             }
-            out[(size_t)(first + b) * rows + row] = total;
+            out[(size_t)(first + b) * rows + row] = sum;
         }
     }
     __syncthreads();

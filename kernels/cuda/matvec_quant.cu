@@ -47,32 +47,48 @@ struct KQuantActivations {
     float4 scales;  // (d, sum) of the low sub-block, then of the high one
 };
 
-// The 6-bit scale and min of sub-blocks 2 * pair and 2 * pair + 1, from a block's first 16 bytes.
-// Only even lanes carry the min, so each sub-block's min term counts once.
-__device__ __forceinline__ void k_quant_scales(uint4 head, int lane, KQuantDecoded &dec) {
+// dp4a of unsigned bytes `a` (weights up to 255) by signed bytes `b`: Q4_K's high nibbles stay in
+// place, as 16 q, which the signed form would read as negative.
+__device__ __forceinline__ int dot4_unsigned_signed(u32 a, u32 b, int c) {
+#if __CUDA_ARCH__ >= 610
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    for (int i = 0; i < 4; ++i) {
+        c += (int)((a >> (8 * i)) & 0xffu) * (int)(signed char)(b >> (8 * i));
+    }
+    return c;
+#endif
+}
+
+// The 6-bit scales and mins of sub-blocks 2 * pair and 2 * pair + 1 as the two low bytes of
+// `scales` and `mins`, from a block's 12 packed bytes (head.y, head.z, head.w). Sub-blocks 0..3
+// keep theirs in the low six bits of bytes 0..3 (scales) and 4..7 (mins); 4..7 in the nibbles of
+// bytes 8..11 with the top two bits of bytes 0..7 above them. Both layouts are computed and one
+// selected, so that the lanes of a warp, which hold different pairs, do not diverge.
+__device__ __forceinline__ void k_quant_pair(uint4 head, int pair, u32 &scales, u32 &mins) {
+    const int shift = 16 * (pair % 2);
+    const u32 sc = (head.y >> shift) & 0xffffu;
+    const u32 mn = (head.z >> shift) & 0xffffu;
+    const u32 packed = (head.w >> shift) & 0xffffu;
+    const bool first_four = pair < 2;
+    scales = first_four ? sc & 0x3f3fu : (packed & 0x0f0fu) | ((sc >> 2) & 0x3030u);
+    mins = first_four ? mn & 0x3f3fu : ((packed >> 4) & 0x0f0fu) | ((mn >> 2) & 0x3030u);
+}
+
+// A lane's scales and mins as floats, the high sub-block's scale times `high_unit` (the value of
+// one step of its quants as the lane holds them). Only even lanes carry the min, so each
+// sub-block's min term counts once.
+__device__ __forceinline__ void k_quant_scales(uint4 head, int lane, float high_unit, KQuantDecoded &dec) {
     const float d = f16_bits_to_f32(head.x & 0xffff);
     const float dmin = lane % 2 == 0 ? f16_bits_to_f32(head.x >> 16) : 0.0f;
-    const int pair = (lane % 8) / 2;
-    float scale[2], min[2];
-#pragma unroll
-    for (int half_index = 0; half_index < 2; ++half_index) {
-        const int s = 2 * pair + half_index;
-        u32 sc, mn;
-        if (s < 4) {
-            sc = byte_of(head.y, s) & 63;
-            mn = byte_of(head.z, s) & 63;
-        } else {
-            const int t = s - 4;
-            sc = (byte_of(head.w, t) & 0x0f) | ((byte_of(head.y, t) >> 6) << 4);
-            mn = (byte_of(head.w, t) >> 4) | ((byte_of(head.z, t) >> 6) << 4);
-        }
-        scale[half_index] = d * (float)sc;
-        min[half_index] = dmin * (float)mn;
-    }
-    dec.scale_low = scale[0];
-    dec.scale_high = scale[1];
-    dec.min_low = min[0];
-    dec.min_high = min[1];
+    u32 scales, mins;
+    k_quant_pair(head, (lane % 8) / 2, scales, mins);
+    dec.scale_low = d * (float)(scales & 0xff);
+    dec.scale_high = d * high_unit * (float)(scales >> 8);
+    dec.min_low = dmin * (float)(mins & 0xff);
+    dec.min_high = dmin * (float)(mins >> 8);
 }
 
 struct KQuantLanes {
@@ -92,8 +108,8 @@ struct KQuantLanes {
         int sum_low = 0, sum_high = 0;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            sum_low = __dp4a((int)w.low[i], (int)low[i], sum_low);
-            sum_high = __dp4a((int)w.high[i], (int)high[i], sum_high);
+            sum_low = dot4_unsigned_signed(w.low[i], low[i], sum_low);
+            sum_high = dot4_unsigned_signed(w.high[i], high[i], sum_high);
         }
         return w.scale_low * x.scales.x * (float)sum_low + w.scale_high * x.scales.z * (float)sum_high -
                (w.min_low * x.scales.y + w.min_high * x.scales.w);
@@ -114,13 +130,14 @@ template <> struct QLanes<FMT_Q4_K> : KQuantLanes {
         raw.qs = *(const uint4 *)(bytes + 16 + 16 * (lane % 8));
         return true;
     }
+    // The high nibbles stay where they are, as 16 q: a shift less per word.
     __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
-        k_quant_scales(raw.head, lane, dec);
+        k_quant_scales(raw.head, lane, 1.0f / 16.0f, dec);
         const u32 words[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             dec.low[i] = words[i] & 0x0f0f0f0fu;
-            dec.high[i] = (words[i] >> 4) & 0x0f0f0f0fu;
+            dec.high[i] = words[i] & 0xf0f0f0f0u;
         }
     }
 };
@@ -143,7 +160,7 @@ template <> struct QLanes<FMT_Q5_K> : KQuantLanes {
         return true;
     }
     __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
-        k_quant_scales(raw.head, lane, dec);
+        k_quant_scales(raw.head, lane, 1.0f, dec);
         const int pair = (lane % 8) / 2;
         const u32 words[4] = {raw.qs.x, raw.qs.y, raw.qs.z, raw.qs.w};
         const u32 fifth[4] = {raw.qh.x, raw.qh.y, raw.qh.z, raw.qh.w};
@@ -158,6 +175,9 @@ template <> struct QLanes<FMT_Q5_K> : KQuantLanes {
 // Q6_K (split rows, see quant.cuh): a group is four blocks, eight lanes per block. Lane k of a
 // block takes half h = k / 4 and columns l = 8(k % 4)..+8 of each quarter j of that half: ql bytes
 // 64h + l (quarters 0 and 2) and 64h + 32 + l (1 and 3), qh bytes 32h + l, scale 8h + 2j + l / 16.
+// The weights stay unsigned, q in 0..63; the activations carry -32 times the sum of each of their
+// quarter's quants, so that one dp4a chain gives sum (q - 32) x without a byte-wise subtraction
+// per weight word.
 template <> struct QLanes<FMT_Q6_K> {
     static const u32 GROUP_COLS = 4 * QK_K;
     struct Raw {
@@ -170,6 +190,7 @@ template <> struct QLanes<FMT_Q6_K> {
     };
     struct Activations {
         uint2 q[4];
+        int offset[4];     // -32 sum of q[j]'s eight quants
         float4 scales[2];  // (d, sum) of the four quarters' 32-column blocks
     };
     __device__ static u32 block_of(u32 group, int lane) { return group * 4 + lane / 8; }
@@ -191,8 +212,9 @@ template <> struct QLanes<FMT_Q6_K> {
     }
     __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
         const float d = f16_bits_to_f32(raw.d);
-        const int l = 8 * (lane % 4);
         const u32 qh[2] = {raw.qh.x, raw.qh.y};
+        // Quarter j's scale is byte 2j + (lane % 4) / 2 of the eight: bytes 0, 2, 4, 6 or 1, 3, 5, 7.
+        const u32 scales = __byte_perm(raw.scales.x, raw.scales.y, (lane % 4) / 2 ? 0x7531 : 0x6420);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint2 ql = j % 2 ? raw.ql_odd : raw.ql_even;
@@ -201,11 +223,9 @@ template <> struct QLanes<FMT_Q6_K> {
             for (int w = 0; w < 2; ++w) {
                 const u32 nibbles = (low[w] >> (4 * (j / 2))) & 0x0f0f0f0fu;
                 const u32 top = ((qh[w] >> (2 * j)) & 0x03030303u) << 4;
-                dec.q[j][w] = __vsub4(nibbles | top, 0x20202020u);
+                dec.q[j][w] = nibbles | top;
             }
-            const int s = 2 * j + l / 16;
-            const int scale = (signed char)byte_of(s < 4 ? raw.scales.x : raw.scales.y, s % 4);
-            dec.scale[j] = d * (float)scale;
+            dec.scale[j] = d * (float)(int)(signed char)(scales >> (8 * j));
         }
     }
     __device__ static void load_x(const u8 *q, const float2 *scales, u32 group, int lane, Activations &x) {
@@ -213,6 +233,7 @@ template <> struct QLanes<FMT_Q6_K> {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             x.q[j] = *(const uint2 *)(q + col + 32 * j);
+            x.offset[j] = -32 * __dp4a((int)x.q[j].y, 0x01010101, __dp4a((int)x.q[j].x, 0x01010101, 0));
         }
         const float4 *quarter_scales = (const float4 *)(scales + col / Q8_BLOCK);
         x.scales[0] = quarter_scales[0];
@@ -223,7 +244,8 @@ template <> struct QLanes<FMT_Q6_K> {
         float total = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int sum = __dp4a((int)w.q[j][1], (int)x.q[j].y, __dp4a((int)w.q[j][0], (int)x.q[j].x, 0));
+            const int sum =
+                __dp4a((int)w.q[j][1], (int)x.q[j].y, __dp4a((int)w.q[j][0], (int)x.q[j].x, x.offset[j]));
             total = fmaf(w.scale[j] * d[j], (float)sum, total);
         }
         return total;
