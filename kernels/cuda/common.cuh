@@ -102,6 +102,45 @@ __device__ float block_max(float v) {
     return warp_max(lane < n_warps ? partial[lane] : -INFINITY);
 }
 
+// D += A B on the tensor cores, f16 inputs and f32 accumulators (mma.m16n8k16; used by the
+// prefill attention and mmq_f16.cu). Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"
+// with .f16), g = lane / 4, t = lane % 4: A (16 x 16, row-major) a0 = (g, 2t..2t+1), a1 = (g + 8,
+// 2t..), a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..); B (16 x 8, k by n) b0 = (2t..2t+1, g), b1 =
+// (2t + 8.., g); C (16 x 8) c0, c1 = (g, 2t..2t+1), c2, c3 = (g + 8, 2t..). Each .b32 register
+// holds two halves, the lower k in the low half.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    // The same product by warp shuffles, for devices before sm_80 and the CPU emulator
+    // (kernels/emulator), whose host compiler takes no PTX: lane 4g + s holds columns 2s, 2s + 1 and 2s + 8, 2s + 9 of A's rows g
+    // and g + 8, lane 4n + s rows 2s.. and 2s + 8.. of B's column n.
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane / 4, t = lane % 4;
+    for (int s = 0; s < 4; ++s) {
+        u32 rows[4], even[2], odd[2];
+        for (int i = 0; i < 4; ++i) {
+            rows[i] = __shfl_sync(FULL_MASK, a[i], 4 * g + s);
+        }
+        even[0] = __shfl_sync(FULL_MASK, b0, 8 * t + s);
+        even[1] = __shfl_sync(FULL_MASK, b1, 8 * t + s);
+        odd[0] = __shfl_sync(FULL_MASK, b0, 8 * t + 4 + s);
+        odd[1] = __shfl_sync(FULL_MASK, b1, 8 * t + 4 + s);
+        for (int c = 0; c < 4; ++c) {
+            const u32 *column = c % 2 ? odd : even;
+            const u32 low = rows[c / 2], high = rows[c / 2 + 2];
+            d[c] += f16_bits_to_f32(low & 0xffff) * f16_bits_to_f32(column[0] & 0xffff) +
+                    f16_bits_to_f32(low >> 16) * f16_bits_to_f32(column[0] >> 16) +
+                    f16_bits_to_f32(high & 0xffff) * f16_bits_to_f32(column[1] & 0xffff) +
+                    f16_bits_to_f32(high >> 16) * f16_bits_to_f32(column[1] >> 16);
+        }
+    }
+#endif
+}
+
 // Sums each of N values (N a power of two, at most 32) across the warp's lanes with N - 1 + 5 -
 // log2 N shuffles instead of 5 N: each step halves the values a lane keeps, trading the half its
 // partner keeps. Total i ends in the lanes whose high log2 N bits are i, among them lane

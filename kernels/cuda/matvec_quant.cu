@@ -62,21 +62,6 @@ __device__ __forceinline__ int dot4_unsigned_signed(u32 a, u32 b, int c) {
 #endif
 }
 
-// The 6-bit scales and mins of sub-blocks 2 * pair and 2 * pair + 1 as the two low bytes of
-// `scales` and `mins`, from a block's 12 packed bytes (head.y, head.z, head.w). Sub-blocks 0..3
-// keep theirs in the low six bits of bytes 0..3 (scales) and 4..7 (mins); 4..7 in the nibbles of
-// bytes 8..11 with the top two bits of bytes 0..7 above them. Both layouts are computed and one
-// selected, so that the lanes of a warp, which hold different pairs, do not diverge.
-__device__ __forceinline__ void k_quant_pair(uint4 head, int pair, u32 &scales, u32 &mins) {
-    const int shift = 16 * (pair % 2);
-    const u32 sc = (head.y >> shift) & 0xffffu;
-    const u32 mn = (head.z >> shift) & 0xffffu;
-    const u32 packed = (head.w >> shift) & 0xffffu;
-    const bool first_four = pair < 2;
-    scales = first_four ? sc & 0x3f3fu : (packed & 0x0f0fu) | ((sc >> 2) & 0x3030u);
-    mins = first_four ? mn & 0x3f3fu : ((packed >> 4) & 0x0f0fu) | ((mn >> 2) & 0x3030u);
-}
-
 // A lane's scales and mins as floats, the high sub-block's scale times `high_unit` (the value of
 // one step of its quants as the lane holds them). Only even lanes carry the min, so each
 // sub-block's min term counts once.

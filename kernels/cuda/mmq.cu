@@ -135,27 +135,38 @@ template <int NT, int STRIDE> struct MmqTile {
     float2 scales[MMQ_SUBS][NT];
 };
 
-// Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
-template <int NT, int STRIDE>
-__device__ void stage_activations(MmqTile<NT, STRIDE> &tile, const u8 *x_q, const float2 *x_scales, u32 cols,
-                                  u32 n_rows, u32 group) {
-    const int chunks_per_row = MMQ_GROUP_COLS / 16;
-    for (int i = threadIdx.x; i < NT * chunks_per_row; i += MMQ_THREADS) {
-        const u32 n = i / chunks_per_row;
-        const int chunk = i % chunks_per_row;
-        const bool live = n < n_rows;
-        const u8 *src = live ? x_q + (size_t)n * cols + group * MMQ_GROUP_COLS + 16 * chunk : x_q;
-        copy_async_16(&tile.q[n][16 * chunk], src, live);
+// The int8 copy of the activations (matvec_quant.cu's quantize_q8) and how a block stages one
+// group of it: the base of the int8 lanes below, whose STRIDE it takes.
+struct Int8Input {
+    const u8 *q;
+    const float2 *scales;
+};
+
+template <int STRIDE> struct Int8Activations {
+    typedef Int8Input Input;
+    template <int NT> using Tile = MmqTile<NT, STRIDE>;
+
+    // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
+    template <int NT>
+    __device__ static void stage(Tile<NT> &tile, const Input &x, u32 cols, u32 n_rows, u32 group) {
+        const int chunks_per_row = MMQ_GROUP_COLS / 16;
+        for (int i = threadIdx.x; i < NT * chunks_per_row; i += MMQ_THREADS) {
+            const u32 n = i / chunks_per_row;
+            const int chunk = i % chunks_per_row;
+            const bool live = n < n_rows;
+            const u8 *src = live ? x.q + (size_t)n * cols + group * MMQ_GROUP_COLS + 16 * chunk : x.q;
+            copy_async_16(&tile.q[n][16 * chunk], src, live);
+        }
+        const u32 blocks_per_row = cols / Q8_BLOCK;
+        for (int i = threadIdx.x; i < NT * MMQ_SUBS; i += MMQ_THREADS) {
+            const u32 n = i / MMQ_SUBS;
+            const int s = i % MMQ_SUBS;
+            const bool live = n < n_rows;
+            const float2 *src = live ? x.scales + (size_t)n * blocks_per_row + group * MMQ_SUBS + s : x.scales;
+            copy_async_8(&tile.scales[s][n], src, live);
+        }
     }
-    const u32 blocks_per_row = cols / Q8_BLOCK;
-    for (int i = threadIdx.x; i < NT * MMQ_SUBS; i += MMQ_THREADS) {
-        const u32 n = i / MMQ_SUBS;
-        const int s = i % MMQ_SUBS;
-        const bool live = n < n_rows;
-        const float2 *src = live ? x_scales + (size_t)n * blocks_per_row + group * MMQ_SUBS + s : x_scales;
-        copy_async_8(&tile.scales[s][n], src, live);
-    }
-}
+};
 
 // The (d, sum) of input rows 8f + 2t and 8f + 2t + 1 at sub-block s: the columns of the lane's
 // accumulators c0, c2 and c1, c3.
@@ -208,8 +219,7 @@ __device__ __forceinline__ void k_quant_scale_min(uint4 head, int s, float &scal
 
 // Q4_K: sub-blocks 2p and 2p + 1 share quant bytes 32p..32p + 32 (low nibbles, then high), so
 // lane t's 8-byte load at 32p + 8t gives its columns of both.
-template <> struct MmqLanes<FMT_Q4_K> {
-    static const int STRIDE = MMQ_GROUP_COLS + 32;
+template <> struct MmqLanes<FMT_Q4_K> : Int8Activations<MMQ_GROUP_COLS + 32> {
     struct Raw {
         uint4 head;
         uint2 qs[4];
@@ -223,7 +233,7 @@ template <> struct MmqLanes<FMT_Q4_K> {
         }
     }
     template <int NF, int NT>
-    __device__ static void group(const Raw (&raw)[2], const MmqTile<NT, STRIDE> &tile, int g, int t,
+    __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t,
                                  float (&acc)[NF][4]) {
 #pragma unroll
         for (int s = 0; s < MMQ_SUBS; ++s) {
@@ -243,8 +253,7 @@ template <> struct MmqLanes<FMT_Q4_K> {
 
 // Q5_K: as Q4_K, plus the fifth bits: bit s of qh[l] for column l of sub-block s, so lane t's
 // 8-byte load of qh at 8t serves every sub-block.
-template <> struct MmqLanes<FMT_Q5_K> {
-    static const int STRIDE = MMQ_GROUP_COLS + 32;
+template <> struct MmqLanes<FMT_Q5_K> : Int8Activations<MMQ_GROUP_COLS + 32> {
     struct Raw {
         uint4 head;
         uint2 qh;
@@ -260,7 +269,7 @@ template <> struct MmqLanes<FMT_Q5_K> {
         }
     }
     template <int NF, int NT>
-    __device__ static void group(const Raw (&raw)[2], const MmqTile<NT, STRIDE> &tile, int g, int t,
+    __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t,
                                  float (&acc)[NF][4]) {
 #pragma unroll
         for (int s = 0; s < MMQ_SUBS; ++s) {
@@ -281,8 +290,7 @@ template <> struct MmqLanes<FMT_Q5_K> {
 
 // Q8_0 (split rows, see quant.cuh): a group is eight blocks; lane t loads quants 8t..8t+8 of each
 // and the eight blocks' scales d (16 bytes of the row's tail).
-template <> struct MmqLanes<FMT_Q8_0> {
-    static const int STRIDE = MMQ_GROUP_COLS + 32;
+template <> struct MmqLanes<FMT_Q8_0> : Int8Activations<MMQ_GROUP_COLS + 32> {
     struct Raw {
         uint2 q[MMQ_SUBS];
         uint4 d;
@@ -296,7 +304,7 @@ template <> struct MmqLanes<FMT_Q8_0> {
         raw.d = *(const uint4 *)(row + (size_t)(cols / QK8_0) * Q8_0_QUANT_BYTES + 2 * first);
     }
     template <int NF, int NT>
-    __device__ static void group(const Raw (&raw)[2], const MmqTile<NT, STRIDE> &tile, int g, int t,
+    __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t,
                                  float (&acc)[NF][4]) {
         const float no_min[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -319,8 +327,7 @@ template <> struct MmqLanes<FMT_Q8_0> {
 // 128h + 32j + l), its 16-column halves e take scale 8h + 2j + e. Lane t's columns of half e are
 // l = 16e + 4t..+4: the low or high nibbles (j / 2) of ql bytes 64h + 32(j % 2) + l and bits 2j of
 // qh bytes 32h + l, so four ql words and two qh words per half h serve all its quarters.
-template <> struct MmqLanes<FMT_Q6_K> {
-    static const int STRIDE = MMQ_GROUP_COLS + 16;
+template <> struct MmqLanes<FMT_Q6_K> : Int8Activations<MMQ_GROUP_COLS + 16> {
     struct Raw {
         u32 ql[2][2][2];  // [h][j % 2][e]
         u32 qh[2][2];     // [h][e]
@@ -342,7 +349,7 @@ template <> struct MmqLanes<FMT_Q6_K> {
         raw.d = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
     }
     template <int NF, int NT>
-    __device__ static void group(const Raw (&raw)[2], const MmqTile<NT, STRIDE> &tile, int g, int t,
+    __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t,
                                  float (&acc)[NF][4]) {
         float d[2];
         u32 scale_words[2][4];
@@ -389,14 +396,14 @@ template <> struct MmqLanes<FMT_Q6_K> {
     }
 };
 
-// x_q: n_rows x cols int8 activations, x_scales: n_rows x cols / 32 (d, sum) pairs; n_rows <= NT,
-// cols a multiple of MMQ_GROUP_COLS. With gridDim.y > 1, `partials` holds gridDim.x * gridDim.y
-// tiles of MMQ_ROWS * NT floats and `arrivals` gridDim.x zeros.
-template <int FMT, int NF>
-__device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols, u32 n_rows,
+// The tiled product for lanes L (a format and a kind of activations, here or in mmq_f16.cu):
+// n_rows <= NT = 8 NF input rows, cols a multiple of MMQ_GROUP_COLS. With gridDim.y > 1,
+// `partials` holds gridDim.x * gridDim.y tiles of MMQ_ROWS * NT floats and `arrivals` gridDim.x
+// zeros.
+template <typename L, int NF>
+__device__ void mmq(const typename L::Input &x, const Projections &projections, u32 cols, u32 n_rows,
                     float *partials, u32 *arrivals) {
     wait_for_previous_kernel();
-    typedef MmqLanes<FMT> L;
     const int NT = 8 * NF;
     const Projection projection = projection_of(projections, blockIdx.x);
     const int lane = threadIdx.x % WARP_SIZE;
@@ -415,11 +422,11 @@ __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &pr
     const u32 begin = min(n_groups, blockIdx.y * per_split);
     const u32 end = min(n_groups, begin + per_split);
 
-    __shared__ __align__(16) MmqTile<NT, L::STRIDE> tiles[2];
+    __shared__ __align__(16) typename L::template Tile<NT> tiles[2];
     float acc[NF][4] = {};
     typename L::Raw raw[2];
     if (begin < end) {
-        stage_activations(tiles[0], x_q, x_scales, cols, n_rows, begin);
+        L::stage(tiles[0], x, cols, n_rows, begin);
         L::load(rows[0], cols, begin, t, raw[0]);
         L::load(rows[1], cols, begin, t, raw[1]);
     }
@@ -432,7 +439,7 @@ __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &pr
         const bool more = group + 1 < end;
         typename L::Raw next[2];
         if (more) {
-            stage_activations(tiles[current ^ 1], x_q, x_scales, cols, n_rows, group + 1);
+            L::stage(tiles[current ^ 1], x, cols, n_rows, group + 1);
             L::load(rows[0], cols, group + 1, t, next[0]);
             L::load(rows[1], cols, group + 1, t, next[1]);
         }
@@ -509,7 +516,7 @@ __device__ void mmq(const u8 *x_q, const float2 *x_scales, const Projections &pr
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS(NF))                              \
         mmq_##SUFFIX##_##NT(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols,    \
                             u32 n_rows, float *partials, u32 *arrivals) {                                       \
-        mmq<FMT, NF>(x_q, x_scales, projections, cols, n_rows, partials, arrivals);                             \
+        mmq<MmqLanes<FMT>, NF>(Int8Input{x_q, x_scales}, projections, cols, n_rows, partials, arrivals);       \
     }
 
 // Input-row tiles of 8, 16, 24, 32, 48 and 64 (mmq.rs picks the smallest that holds the batch).

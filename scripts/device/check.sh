@@ -4,6 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
+#        [switches]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -129,6 +130,21 @@ fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null
     "$bin/canopy" bench "$models/b8b.gguf" --backend cuda --prefill 512 --decode 128 --forward 1,23 --repetitions 3 2>&1 | tee "$out/bench-b8b.txt"
+fi
+if has switches; then
+    # The switchable paths: matmul parity with each turned off, and same-binary A/Bs of verify
+    # forwards (the f16 mmq kernels against the int8 ones).
+    CANOPY_CUDA_MMQ_F16=0 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 --nocapture matmul \
+        >"$out/parity-mmq-int8.txt" 2>&1
+    echo "parity with CANOPY_CUDA_MMQ_F16=0: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-mmq-int8.txt"
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    for round in 1 2; do
+        for f16 in 1 0; do
+            echo "== CANOPY_CUDA_MMQ_F16=$f16 (round $round)"
+            CANOPY_CUDA_MMQ_F16=$f16 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 \
+                --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "fwd"
+        done
+    done | tee "$out/switches.txt"
 fi
 if has ab; then
     # The same decode and verify measurements with each of pack.sh's revisions and this build,

@@ -6,9 +6,10 @@ sources.rs), disassembles the cubin with cuobjdump, takes the longest backward b
 named kernel as its main loop, and prints the loop's static instruction count by opcode, with
 ptxas's registers and spills. That is how docs/performance.md counts instructions per K group.
 
-Needs the venv of scripts/test.sh (NVRTC) and a cuobjdump: CUOBJDUMP=path, or the pip package
-nvidia-cuda-cuobjdump (13.2 reads the cubins of NVRTC 13.0) in that venv.
-Usage: scripts/device/sass.py FILE.cu KERNEL [KERNEL...]
+Needs the venv of scripts/test.sh (NVRTC) and a cuobjdump: CUOBJDUMP=path, or the pip packages
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (13.2 reads the cubins of NVRTC 13.0) in that
+venv, whose bin directory must then be on PATH (cuobjdump runs nvdisasm).
+Usage: scripts/device/sass.py FILE.cu[+FILE.cu...] KERNEL [KERNEL...]
 """
 import collections
 import ctypes
@@ -31,7 +32,9 @@ def compile_cubin(name):
     ctypes.CDLL(os.path.join(CUDA, "lib", "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
     nvrtc = ctypes.CDLL(os.path.join(CUDA, "lib", "libnvrtc.so.13"))
     parts = [open(os.path.join(ROOT, h)).read() for h in HEADERS if os.path.exists(os.path.join(ROOT, h))]
-    source = "\n".join(parts) + f'\n#line 1 "{name}"\n' + open(os.path.join(ROOT, name)).read()
+    # NAME may join files that sources.rs compiles as one unit: mmq.cu+mmq_f16.cu.
+    files = "".join(open(os.path.join(ROOT, part)).read() for part in name.split("+"))
+    source = "\n".join(parts) + f'\n#line 1 "{name}"\n' + files
     program = ctypes.c_void_p()
     if nvrtc.nvrtcCreateProgram(ctypes.byref(program), source.encode(), name.encode(), 0, None, None):
         sys.exit("nvrtcCreateProgram failed")

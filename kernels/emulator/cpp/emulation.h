@@ -94,6 +94,33 @@ inline __half __float2half_rn(float f) {
 inline __half __ushort_as_half(unsigned short bits) { return {bits}; }
 inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline __half2 __floats2half2_rn(float lo, float hi) { return {__float2half_rn(lo), __float2half_rn(hi)}; }
+inline __half2 __float2half2_rn(float f) { return {__float2half_rn(f), __float2half_rn(f)}; }
+inline __half2 __low2half2(__half2 h) { return {h.x, h.x}; }
+inline __half2 __high2half2(__half2 h) { return {h.y, h.y}; }
+
+// Half arithmetic rounds once, as the device's: the exact result (double holds the sums and
+// products of halves) rounded to f16.
+namespace canopy_emulation {
+inline __half round_half(double v) {
+    const _Float16 value = (_Float16)v;
+    __half h;
+    std::memcpy(&h.bits, &value, 2);
+    return h;
+}
+inline double wide(__half h) { return (double)__half2float(h); }
+}  // namespace canopy_emulation
+inline __half2 __hsub2(__half2 a, __half2 b) {
+    using namespace canopy_emulation;
+    return {round_half(wide(a.x) - wide(b.x)), round_half(wide(a.y) - wide(b.y))};
+}
+inline __half2 __hmul2(__half2 a, __half2 b) {
+    using namespace canopy_emulation;
+    return {round_half(wide(a.x) * wide(b.x)), round_half(wide(a.y) * wide(b.y))};
+}
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+    using namespace canopy_emulation;
+    return {round_half(std::fma(wide(a.x), wide(b.x), wide(c.x))), round_half(std::fma(wide(a.y), wide(b.y), wide(c.y)))};
+}
 
 // Bit casts and conversions.
 inline float __int_as_float(int v) {

@@ -11,7 +11,10 @@ mod emulated;
 
 use canopy_kernels::quant::GgmlType;
 use common::Rng;
-use emulated::{DeviceWeight, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, run_mmq};
+use common::gaussian_row;
+use emulated::{
+    DeviceWeight, MmqInput, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, round_f16, run_mmq,
+};
 
 const TOLERANCE: f32 = 1e-5;
 
@@ -37,7 +40,7 @@ fn parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits: u32
         projections.push(weight, out, 64);
     }
     let kernel = kernel(ty, n_rows);
-    run_mmq(&kernel, &copy, &projections, cols, n_rows, splits);
+    run_mmq(&kernel, MmqInput::Int8(&copy), &projections, cols, n_rows, splits);
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
         let label = format!("{kernel} projection {p} {}x{cols} by {n_rows}, {splits} splits", weight.rows);
         check(&label, out, &cpu_matmul(weight, &x, n_rows), TOLERANCE);
@@ -65,5 +68,40 @@ fn mmq_kernels_sum_k_splits() {
         for splits in [3, 4] {
             parity(ty, (37, 1280), 23, splits, &mut rng);
         }
+    }
+}
+
+/// The f16 kernels (mmq_f16.cu) round each weight and activation to f16 and accumulate in f32:
+/// up to 2^-11 of each factor, on sums of up to a few hundred products of random signs.
+const F16_TOLERANCE: f32 = 2e-3;
+
+fn f16_parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits: u32, rng: &mut Rng) {
+    let weights = [DeviceWeight::random(ty, rows, cols, rng), DeviceWeight::random(ty, 16, cols, rng)];
+    let x = gaussian_row(n_rows * cols, 1.0, rng);
+    let halves = round_f16(&x);
+    let mut outs = weights.each_ref().map(|w| vec![f32::NAN; n_rows * w.rows]);
+    let mut projections = Projections::default();
+    for (weight, out) in weights.iter().zip(outs.iter_mut()) {
+        projections.push(weight, out, 64);
+    }
+    let tile = [8, 16, 24, 32].into_iter().find(|&t| t >= n_rows).unwrap();
+    let kernel = format!("mmq_f16_{}_{tile}", if ty == GgmlType::Q4K { "q4_k" } else { "q6_k" });
+    run_mmq(&kernel, MmqInput::Half(&halves), &projections, cols, n_rows, splits);
+    for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
+        let label = format!("{kernel} projection {p} {}x{cols} by {n_rows}, {splits} splits", weight.rows);
+        check(&label, out, &cpu_matmul(weight, &x, n_rows), F16_TOLERANCE);
+    }
+}
+
+/// Every tile of the f16 kernels, 70 weight rows (a partial second tile) and a second
+/// projection; then five groups of K split three ways.
+#[test]
+fn f16_mmq_kernels_match_cpu() {
+    let mut rng = Rng::new(33);
+    for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+        for n_rows in [5, 16, 23, 32] {
+            f16_parity(ty, (70, 512), n_rows, 1, &mut rng);
+        }
+        f16_parity(ty, (37, 1280), 23, 3, &mut rng);
     }
 }

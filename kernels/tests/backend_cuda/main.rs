@@ -7,7 +7,8 @@
 //! rows, 2e-2 for the block-quantized ones, whose kernels (the dp4a matrix-vector kernels up to 4
 //! rows, the int8 tensor-core kernels of mmq.cu from 5 to 64) round the activations to int8 in
 //! blocks of 32 (up to max|x| / 254 per element; 1.2e-2 measured on an H200 for the dp4a kernels,
-//! the worst of about 100 shapes); beyond that the cuBLAS GEMM rounds activations (and decoded
+//! the worst of about 100 shapes), and the f16 kernels of mmq_f16.cu (Q4_K and Q6_K, 5 to 32 rows)
+//! round weights and activations to f16 (2-6e-4 in the CPU emulator, kernels/emulator); beyond that the cuBLAS GEMM rounds activations (and decoded
 //! weights) to f16, or to bf16 for bf16 weights, as it does from 16 rows for the element-wise
 //! formats: 2e-3, 1e-2 for bf16, 2e-5 for f32 weights (an f32 GEMM); 1e-5 for norms and attention,
 //! except 2e-3 for prefill-sized attention (65 rows or more, heads of 128), which multiplies f16

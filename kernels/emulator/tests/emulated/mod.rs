@@ -163,6 +163,16 @@ pub fn quantize_q8(x: &[f32]) -> Q8Copy {
     copy
 }
 
+/// `x` rounded to f16 by the emulated `round_f16` (the f16 copy mmq_f16.cu reads).
+pub fn round_f16(x: &[f32]) -> DeviceBuffer {
+    let mut input = DeviceBuffer::from_floats(x);
+    let mut halves = DeviceBuffer::zeroed(2 * x.len());
+    let (mut x_ptr, mut n, mut out) = (input.address(), x.len(), halves.address());
+    let blocks = x.len().div_ceil(256) as u32;
+    run("round_f16", LaunchShape::linear(blocks, 256), &mut [ptr(&mut x_ptr), ptr(&mut n), ptr(&mut out)]);
+    halves
+}
+
 /// Runs a matvec_quant.cu kernel over `projections` (128 threads a block), with the mixed
 /// kernel's `second_block` when given.
 pub fn run_matvec(
@@ -210,10 +220,17 @@ pub fn check(label: &str, got: &[f32], want: &[f32], tolerance: f32) {
     println!("parity {label}: max error {worst:.2e} (tolerance {tolerance:.0e})");
 }
 
-/// Runs an mmq.cu kernel over `projections` (64 weight rows a block), K split `splits` ways.
+/// The activations an mmq kernel reads: the int8 copy, or the f16 one (`round_f16`'s output).
+pub enum MmqInput<'a> {
+    Int8(&'a Q8Copy),
+    Half(&'a DeviceBuffer),
+}
+
+/// Runs an mmq.cu or mmq_f16.cu kernel over `projections` (64 weight rows a block), K split
+/// `splits` ways.
 pub fn run_mmq(
     kernel: &str,
-    copy: &Q8Copy,
+    input: MmqInput,
     projections: &Projections,
     cols: usize,
     n_rows: usize,
@@ -224,25 +241,26 @@ pub fn run_mmq(
     let tile = [8, 16, 24, 32, 48, 64].into_iter().find(|&t| t >= n_rows).expect("at most 64 rows");
     let mut partials = DeviceBuffer::zeroed(4 * tiles as usize * splits as usize * TILE_ROWS * tile);
     let mut arrivals = DeviceBuffer::zeroed(4 * tiles as usize);
-    let mut q = copy.values.words.as_ptr() as u64;
-    let mut scales = copy.scales.words.as_ptr() as u64;
+    let (mut first, mut second) = match input {
+        MmqInput::Int8(copy) => (copy.values.words.as_ptr() as u64, copy.scales.words.as_ptr() as u64),
+        MmqInput::Half(halves) => (halves.words.as_ptr() as u64, 0),
+    };
     let mut projections_arg = Projections { ..*projections };
     let (mut cols, mut n_rows) = (cols as u32, n_rows as u32);
     let (mut partials_ptr, mut arrivals_ptr) = (partials.address(), arrivals.address());
     let shape = LaunchShape { grid: [tiles, splits, 1], block: [128, 1, 1], dynamic_shared_bytes: 0 };
-    run(
-        kernel,
-        shape,
-        &mut [
-            ptr(&mut q),
-            ptr(&mut scales),
-            ptr(&mut projections_arg),
-            ptr(&mut cols),
-            ptr(&mut n_rows),
-            ptr(&mut partials_ptr),
-            ptr(&mut arrivals_ptr),
-        ],
-    );
+    let mut args = vec![ptr(&mut first)];
+    if matches!(input, MmqInput::Int8(_)) {
+        args.push(ptr(&mut second));
+    }
+    args.extend([
+        ptr(&mut projections_arg),
+        ptr(&mut cols),
+        ptr(&mut n_rows),
+        ptr(&mut partials_ptr),
+        ptr(&mut arrivals_ptr),
+    ]);
+    run(kernel, shape, &mut args);
     assert!(
         arrivals.floats(tiles as usize).iter().all(|c| c.to_bits() == 0),
         "{kernel}: arrival counters reset"

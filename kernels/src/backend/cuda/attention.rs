@@ -156,7 +156,7 @@ pub(super) fn attention(
         let (values, scales) = copy.buffers(device, OP, n_values)?;
         launch.arg(values).arg(scales);
     } else {
-        copy.valid_for = None;
+        copy.invalidate();
         launch.arg(&0u64).arg(&0u64);
     }
     let mut config = grid(OP, tasks * splits, to_u32(OP, "threads", THREADS)?)?;
@@ -169,7 +169,7 @@ pub(super) fn attention(
     // gets null pointers and writes no copy.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
-        copy.valid_for = Some((backend.epoch.load(Ordering::Relaxed), n_values));
+        copy.mark_written(backend.epoch.load(Ordering::Relaxed), n_values);
     }
     Ok(())
 }

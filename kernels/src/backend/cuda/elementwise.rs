@@ -60,6 +60,6 @@ pub(super) fn swiglu(
     // SAFETY: the shape check guarantees every buffer holds `len` elements, a whole number of
     // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block).
     unsafe { launch.launch(per_element(OP, len / 4)?) }.map_err(driver(OP))?;
-    copy.valid_for = Some((backend.epoch.load(Ordering::Relaxed), len));
+    copy.mark_written(backend.epoch.load(Ordering::Relaxed), len);
     Ok(())
 }

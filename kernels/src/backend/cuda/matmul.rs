@@ -15,8 +15,8 @@ use std::sync::PoisonError;
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 
 use super::context::{Device, driver, per_element, to_u32};
-use super::memory::{CudaTensor, CudaWeight, Q8_BLOCK, QuantizedCopy};
-use super::mmq::{self, Mmq};
+use super::memory::{CudaTensor, CudaWeight, Q8_BLOCK};
+use super::mmq::{self, Mmq, MmqInput};
 use crate::backend::{BackendError, shape};
 use crate::quant::GgmlType;
 
@@ -181,22 +181,31 @@ fn quantized_matmuls(
     };
 
     let mut quantized = x.quantized.lock().unwrap_or_else(PoisonError::into_inner);
-    let QuantizedCopy { values, scales, valid_for } = &mut *quantized;
     let n_values = n_rows * cols;
-    let n_blocks = n_values / Q8_BLOCK;
-    // Blocks never straddle rows (cols is a multiple of 32), so a copy of more values serves.
-    let reusable = matches!(*valid_for, Some((copy_epoch, held)) if copy_epoch == epoch && held >= n_values);
-    let values = values.at_least(device, OP, n_values)?;
-    let scales = scales.at_least(device, OP, 2 * n_blocks)?;
-    if !reusable {
-        let n_blocks_u32 = to_u32(OP, "activation blocks", n_blocks)?;
-        let mut launch = device.launch(OP, "quantize_q8")?;
-        launch.arg(&x.buf).arg(&n_blocks_u32).arg(&mut *values).arg(&mut *scales);
-        // SAFETY: `x` holds n_rows * cols floats, cols a multiple of 32 (whole quant blocks); the
-        // copy holds one byte per value and two floats per block.
-        unsafe { launch.launch(per_element(OP, n_blocks * LANES_PER_Q8_BLOCK)?) }.map_err(driver(OP))?;
-        *valid_for = Some((epoch, n_values));
-    }
+    let validity = (epoch, n_values);
+    let input = match mmq {
+        Some(mmq) if mmq.takes_halves(ty, n_rows) => {
+            MmqInput::Half(quantized.halves(device, OP, validity, |halves| {
+                let count = n_values as u64;
+                let mut launch = device.launch(OP, "round_f16")?;
+                launch.arg(&x.buf).arg(&count).arg(halves);
+                // SAFETY: `x` holds n_rows * cols floats (shape-checked), the copy as many halves.
+                unsafe { launch.launch(per_element(OP, n_values)?) }.map_err(driver(OP))
+            })?)
+        }
+        _ => {
+            let (values, scales) = quantized.int8(device, OP, validity, |values, scales| {
+                let n_blocks = to_u32(OP, "activation blocks", n_values / Q8_BLOCK)?;
+                let mut launch = device.launch(OP, "quantize_q8")?;
+                launch.arg(&x.buf).arg(&n_blocks).arg(values).arg(scales);
+                // SAFETY: `x` holds n_rows * cols floats, cols a multiple of 32 (whole quant
+                // blocks); the copy holds one byte per value and two floats per block.
+                unsafe { launch.launch(per_element(OP, n_values / Q8_BLOCK * LANES_PER_Q8_BLOCK)?) }
+                    .map_err(driver(OP))
+            })?;
+            MmqInput::Int8(values, scales)
+        }
+    };
 
     let count = group.len();
     let mut projections = Projections { count: to_u32(OP, "projections", count)?, ..Projections::default() };
@@ -222,8 +231,11 @@ fn quantized_matmuls(
         return Ok(());
     }
     if let Some(mmq) = mmq {
-        mmq.launch(device, ty, (values, scales), &projections, blocks, cols, n_rows)?;
+        mmq.launch(device, ty, input, &projections, blocks, cols, n_rows)?;
     } else {
+        let MmqInput::Int8(values, scales) = input else {
+            return Err(BackendError::shape(OP, "f16 activations for a matrix-vector kernel"));
+        };
         let kernel = match (mixed_kernel, n_rows) {
             (Some(mixed), 1) => mixed,
             (Some(_), _) => {
@@ -239,7 +251,7 @@ fn quantized_matmuls(
         let cols = to_u32(OP, "weight cols", cols)?;
         let n_rows = to_u32(OP, "n_rows", n_rows)?;
         let mut launch = device.launch(OP, kernel)?;
-        launch.arg(&*values).arg(&*scales).value(&projections).arg(&cols).arg(&n_rows);
+        launch.arg(values).arg(scales).value(&projections).arg(&cols).arg(&n_rows);
         let second_block = second.map(|second| projections.first_block[second]);
         if let Some(second_block) = &second_block {
             launch.arg(second_block);

@@ -15,8 +15,8 @@ pub struct CudaTensor {
     pub(super) buf: CudaSlice<f32>,
     /// The logical length: zero-length arrays hold a one-element allocation.
     pub(super) len: usize,
-    /// The int8 copy the quantized matmuls made of this tensor, reused by every matmul that
-    /// reads it until it is written again (the q, k and v projections share one input).
+    /// The int8 and f16 copies the quantized matmuls made of this tensor, reused by every matmul
+    /// that reads it until it is written again (the q, k and v projections share one input).
     pub(super) quantized: Mutex<QuantizedCopy>,
 }
 
@@ -25,26 +25,81 @@ impl CudaTensor {
         Self { buf, len, quantized: Mutex::default() }
     }
 
-    /// Marks the int8 copy stale: every op that writes the tensor calls this.
+    /// Marks the copies stale: every op that writes the tensor calls this.
     pub(super) fn invalidate_quantized(&mut self) {
-        self.quantized.get_mut().unwrap_or_else(PoisonError::into_inner).valid_for = None;
+        self.quantized.get_mut().unwrap_or_else(PoisonError::into_inner).invalidate();
     }
 }
 
 /// Rows of a tensor rounded to int8 in blocks of 32 (matvec_quant.cu's `quantize_q8`): the values,
-/// and per block its scale d and the sum of its floats.
+/// and per block its scale d and the sum of its floats; and the same rows rounded to f16 (mmq_f16.cu
+/// reads those). Each copy is valid for a backend epoch and a number of leading values.
 #[derive(Debug, Default)]
 pub(super) struct QuantizedCopy {
     pub values: ScratchBuffer<u8>,
     pub scales: ScratchBuffer<f32>,
-    /// The backend's epoch and the number of leading values the copy holds, while it is valid.
-    pub valid_for: Option<(u64, usize)>,
+    pub halves: ScratchBuffer<u16>,
+    int8_valid_for: Option<(u64, usize)>,
+    halves_valid_for: Option<(u64, usize)>,
 }
 
 /// Values per scale of the int8 copy (`Q8_BLOCK` in quant.cuh).
 pub(super) const Q8_BLOCK: usize = 32;
 
+fn holds(valid_for: Option<(u64, usize)>, epoch: u64, n_values: usize) -> bool {
+    // Blocks never straddle rows (rows are whole blocks), so a copy of more values serves.
+    matches!(valid_for, Some((copy_epoch, held)) if copy_epoch == epoch && held >= n_values)
+}
+
 impl QuantizedCopy {
+    /// The tensor was written: neither copy holds it.
+    pub fn invalidate(&mut self) {
+        self.int8_valid_for = None;
+        self.halves_valid_for = None;
+    }
+
+    /// The tensor was written along with its int8 copy of `n_values` values; the f16 copy is stale.
+    pub fn mark_written(&mut self, epoch: u64, n_values: usize) {
+        self.int8_valid_for = Some((epoch, n_values));
+        self.halves_valid_for = None;
+    }
+
+    /// The int8 copy of the tensor's first `n_values` values for `epoch`; `write` fills the
+    /// buffers (values, scales) first unless they already hold it.
+    pub fn int8<'a>(
+        &'a mut self,
+        device: &Device,
+        op: &'static str,
+        (epoch, n_values): (u64, usize),
+        write: impl FnOnce(&mut CudaSlice<u8>, &mut CudaSlice<f32>) -> Result<(), BackendError>,
+    ) -> Result<(&'a CudaSlice<u8>, &'a CudaSlice<f32>), BackendError> {
+        let held = holds(self.int8_valid_for, epoch, n_values);
+        let values = self.values.at_least(device, op, n_values)?;
+        let scales = self.scales.at_least(device, op, 2 * n_values / Q8_BLOCK)?;
+        if !held {
+            write(&mut *values, &mut *scales)?;
+            self.int8_valid_for = Some((epoch, n_values));
+        }
+        Ok((values, scales))
+    }
+
+    /// The f16 copy of the tensor's first `n_values` values for `epoch`, as [`Self::int8`].
+    pub fn halves<'a>(
+        &'a mut self,
+        device: &Device,
+        op: &'static str,
+        (epoch, n_values): (u64, usize),
+        write: impl FnOnce(&mut CudaSlice<u16>) -> Result<(), BackendError>,
+    ) -> Result<&'a CudaSlice<u16>, BackendError> {
+        let held = holds(self.halves_valid_for, epoch, n_values);
+        let halves = self.halves.at_least(device, op, n_values)?;
+        if !held {
+            write(&mut *halves)?;
+            self.halves_valid_for = Some((epoch, n_values));
+        }
+        Ok(halves)
+    }
+
     /// The buffers for a copy of `n_values` values, a whole number of blocks, written by a kernel
     /// along with its float output: a byte per value and a (d, sum) pair of floats per block. The
     /// caller marks the copy valid once the kernel is queued.

@@ -1,4 +1,7 @@
-//! The tensor-core int8 matmul of mmq.cu, for verify-sized batches of block-quantized weights.
+//! The tensor-core matmuls of mmq.cu and mmq_f16.cu, for verify-sized batches of block-quantized
+//! weights: on the int8 copy of the activations, or, for Q4_K and Q6_K batches of up to 32 rows,
+//! on an f16 copy (weights decoded to f16 in registers, f32 accumulation over all of K, far fewer
+//! instructions per weight; `CANOPY_CUDA_MMQ_F16=0` keeps them on the int8 kernels).
 //!
 //! A block computes [`TILE_ROWS`] weight rows by every input row (up to [`MAX_ROWS`]; the kernel
 //! for the smallest input-row tile that holds the batch), so each weight byte is read once. A
@@ -47,6 +50,9 @@ const MIN_GROUPS_PER_SPLIT: usize = 4;
 /// The kernels' configuration and the split-K scratch they share.
 pub(super) struct Mmq {
     min_rows: usize,
+    /// Whether Q4_K and Q6_K batches of up to 32 rows take the f16 kernels (mmq_f16.cu); off with
+    /// `CANOPY_CUDA_MMQ_F16=0`.
+    halves: bool,
     scratch: Mutex<SplitScratch>,
 }
 
@@ -86,12 +92,22 @@ impl Mmq {
             return None;
         }
         let min_rows = rows_from_env("CANOPY_CUDA_MMQ_MIN_ROWS", DEFAULT_MIN_ROWS);
-        Some(Self { min_rows, scratch: Mutex::default() })
+        let halves = std::env::var("CANOPY_CUDA_MMQ_F16").map_or(true, |value| value.trim() != "0");
+        Some(Self { min_rows, halves, scratch: Mutex::default() })
     }
 
     /// Whether a batch of `n_rows` takes the kernels (for the weights [`supports`]).
     pub fn covers(&self, n_rows: usize) -> bool {
         (self.min_rows..=MAX_ROWS).contains(&n_rows)
+    }
+
+    /// Whether a covered batch of `n_rows` of `ty` weights takes the f16 kernels.
+    pub fn takes_halves(&self, ty: GgmlType, n_rows: usize) -> bool {
+        self.halves
+            && TILES
+                .into_iter()
+                .find(|&tile| tile >= n_rows)
+                .is_some_and(|tile| half_kernel(ty, tile).is_some())
     }
 
     /// `out = x · weightᵀ` for the projections (their blocks of [`TILE_ROWS`] rows numbered
@@ -102,7 +118,7 @@ impl Mmq {
         &self,
         device: &Device,
         ty: GgmlType,
-        (values, scales): (&CudaSlice<u8>, &CudaSlice<f32>),
+        input: MmqInput,
         projections: &Projections,
         tiles: u32,
         cols: usize,
@@ -111,7 +127,11 @@ impl Mmq {
         let tile = TILES.into_iter().find(|&tile| tile >= n_rows).ok_or_else(|| {
             BackendError::shape(OP, format!("{n_rows} input rows exceed the {MAX_ROWS} of the mmq kernels"))
         })?;
-        let kernel = kernel(ty, tile).ok_or(BackendError::Unsupported { op: OP, ty })?;
+        let kernel = match input {
+            MmqInput::Int8(..) => kernel(ty, tile),
+            MmqInput::Half(_) => half_kernel(ty, tile),
+        }
+        .ok_or(BackendError::Unsupported { op: OP, ty })?;
         let n_groups = cols / GROUP_COLS;
         let wanted = (BLOCKS_PER_SM * device.sm_count).div_ceil(tiles as usize);
         let splits = wanted.clamp(1, (n_groups / MIN_GROUPS_PER_SPLIT).max(1));
@@ -132,15 +152,13 @@ impl Mmq {
         let cols = to_u32(OP, "weight cols", cols)?;
         let n_rows = to_u32(OP, "n_rows", n_rows)?;
         let mut launch = device.launch(OP, kernel)?;
-        launch
-            .arg(values)
-            .arg(scales)
-            .value(projections)
-            .arg(&cols)
-            .arg(&n_rows)
-            .arg(&mut *partials)
-            .arg(&mut *arrivals);
-        // SAFETY: the copy holds `x` quantized (n_rows * cols values, two floats per 32 of them);
+        match input {
+            MmqInput::Int8(values, scales) => launch.arg(values).arg(scales),
+            MmqInput::Half(halves) => launch.arg(halves),
+        };
+        launch.value(projections).arg(&cols).arg(&n_rows).arg(&mut *partials).arg(&mut *arrivals);
+        // SAFETY: the copy holds `x` quantized (n_rows * cols values, two floats per 32 of them)
+        // or rounded to f16 (n_rows * cols halves), as the kernel takes;
         // the projections address weights of `rows * row_bytes` bytes in the layout of layout.rs
         // and outputs of n_rows * rows floats, their blocks numbered 0..tiles; `cols` is whole
         // groups (`supports`) and n_rows at most the kernel's tile. With splits, the scratch holds
@@ -148,6 +166,22 @@ impl Mmq {
         unsafe { launch.launch(config) }.map_err(driver(OP))?;
         Ok(())
     }
+}
+
+/// The activations the kernels read: the int8 copy (values, scales) or the f16 copy.
+pub(super) enum MmqInput<'a> {
+    Int8(&'a CudaSlice<u8>, &'a CudaSlice<f32>),
+    Half(&'a CudaSlice<u16>),
+}
+
+/// The f16 kernel of mmq_f16.cu for Q4_K or Q6_K weights and an input-row tile of up to 32.
+fn half_kernel(ty: GgmlType, tile: usize) -> Option<&'static str> {
+    let names = match ty {
+        GgmlType::Q4K => ["mmq_f16_q4_k_8", "mmq_f16_q4_k_16", "mmq_f16_q4_k_24", "mmq_f16_q4_k_32"],
+        GgmlType::Q6K => ["mmq_f16_q6_k_8", "mmq_f16_q6_k_16", "mmq_f16_q6_k_24", "mmq_f16_q6_k_32"],
+        _ => return None,
+    };
+    TILES.iter().position(|&t| t == tile).and_then(|index| names.get(index).copied())
 }
 
 /// Whether the kernels take weights of type `ty` with `cols` columns.
@@ -194,6 +228,14 @@ mod tests {
         }
         assert_eq!(kernel(GgmlType::F16, 16), None);
         assert_eq!(kernel(GgmlType::Q4K, 20), None);
+        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+            for tile in [8, 16, 24, 32] {
+                let name = half_kernel(ty, tile).unwrap();
+                assert!(listed.contains(&name), "{name}");
+            }
+            assert_eq!(half_kernel(ty, 48), None);
+        }
+        assert_eq!(half_kernel(GgmlType::Q8_0, 8), None);
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! moved to the row's end, see layout.rs). Matmuls of fewer than 16 input rows (decode and small
 //! tree verifies) run matrix-vector kernels that read each weight byte once, with the activations
 //! rounded to int8 for the block-quantized formats. Verify-sized batches of 5 to 64 rows of
-//! block-quantized weights run int8 tensor-core kernels on the same int8 activations, which also
-//! read each weight byte once (mmq.rs; sm_80 and later). Other batches from 16 rows run through
+//! block-quantized weights run tensor-core kernels that also read each weight byte once (mmq.rs;
+//! sm_80 and later): on an f16 copy of the activations for Q4_K and Q6_K up to 32 rows, else on
+//! the int8 one. Other batches from 16 rows run through
 //! cuBLAS on the tensor cores (f16 operands) when the library is present.
 //! `CANOPY_CUDA_MMQ_MIN_ROWS` and `CANOPY_CUDA_GEMM_MIN_ROWS` move those thresholds, for tuning.
 //! Embedding and matmul support F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K; other types are

@@ -101,7 +101,7 @@ pub(super) fn rms_norm(
     // copy holds a byte per value and two floats per block.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
-        copy.valid_for = Some((epoch, n_values));
+        copy.mark_written(epoch, n_values);
     }
     Ok(())
 }
@@ -143,7 +143,7 @@ pub(super) fn add_rms_norm(
     // copy holds a byte per value and two floats per block.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
-        copy.valid_for = Some((epoch, n_values));
+        copy.mark_written(epoch, n_values);
     }
     Ok(())
 }

@@ -99,9 +99,10 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "matvec_q8_decode_q4_k_q6_k",
         ],
     },
+    // mmq_f16.cu reuses mmq.cu's tiles and lanes: one translation unit.
     KernelSource {
         name: "mmq.cu",
-        code: include_str!("../../../cuda/mmq.cu"),
+        code: concat!(include_str!("../../../cuda/mmq.cu"), include_str!("../../../cuda/mmq_f16.cu")),
         kernels: &[
             "mmq_q8_0_8",
             "mmq_q8_0_16",
@@ -127,6 +128,14 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "mmq_q6_k_32",
             "mmq_q6_k_48",
             "mmq_q6_k_64",
+            "mmq_f16_q4_k_8",
+            "mmq_f16_q4_k_16",
+            "mmq_f16_q4_k_24",
+            "mmq_f16_q4_k_32",
+            "mmq_f16_q6_k_8",
+            "mmq_f16_q6_k_16",
+            "mmq_f16_q6_k_24",
+            "mmq_f16_q6_k_32",
         ],
     },
     KernelSource {

@@ -1,0 +1,189 @@
+#line 1 "mmq_f16.cu"
+// Q4_K and Q6_K weights by f16 activations on the tensor cores, for verify batches of 5 to 32
+// input rows: the same tiles, K splits and staging as mmq.cu (compiled after it, in one
+// translation unit), with other lanes.
+//
+// The int8 kernels of mmq.cu spend most of their instructions on the float step that follows
+// every 32-column integer sum (convert it, apply the weight and activation scales, subtract the
+// min term), for every output. Here each lane decodes its weights to f16 once per group, with
+// their scale and min applied, and mma.m16n8k16 accumulates in f32 over all of K, so there is no
+// step per sub-block and output. The decode is exact up to the rounding of each weight to f16: a
+// 4-bit field ORed into the low mantissa bits of 1024 makes the half 1024 + q, and one in bits
+// 4..7 (a high nibble left in place) the half 64 + q, whose mantissa step is 1/16; an exact
+// subtraction leaves q, and one fused multiply-add gives q s - m.
+//
+// K order: lane t takes columns 8t..8t+7 of every 32-column sub-block; step e (0, 1) of the
+// sub-block multiplies its columns 8t + 4e..+3, the first two as A's and B's k pair 2t, 2t + 1,
+// the last two as their pair 2t + 8, 2t + 9. A and B agree, so the product is the same, and each
+// lane's weight bytes of a sub-block are consecutive (one 8-byte load per row for Q4_K's pair of
+// sub-blocks).
+
+// Rows of halves, padded so that the 16-byte fragment loads of a quarter warp (rows g and g + 1,
+// lanes t = 0..3) fall in distinct banks: rows 64 bytes apart modulo 128.
+#define MMH_STRIDE (MMQ_GROUP_COLS + 32)
+
+// The f16 copy of the activations: n_rows x cols halves.
+struct HalfInput {
+    const u16 *x;
+};
+
+template <int NT> struct MmhTile {
+    u16 x[NT][MMH_STRIDE];
+};
+
+struct HalfActivations {
+    typedef HalfInput Input;
+    template <int NT> using Tile = MmhTile<NT>;
+
+    // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
+    template <int NT>
+    __device__ static void stage(Tile<NT> &tile, const Input &in, u32 cols, u32 n_rows, u32 group) {
+        const int chunks_per_row = MMQ_GROUP_COLS / 8;
+        for (int i = threadIdx.x; i < NT * chunks_per_row; i += MMQ_THREADS) {
+            const u32 n = i / chunks_per_row;
+            const int chunk = i % chunks_per_row;
+            const bool live = n < n_rows;
+            const u16 *src = live ? in.x + (size_t)n * cols + group * MMQ_GROUP_COLS + 8 * chunk : in.x;
+            copy_async_16(&tile.x[n][8 * chunk], src, live);
+        }
+    }
+};
+
+__device__ __forceinline__ __half2 half2_of(u32 bits) { return *(const __half2 *)&bits; }
+__device__ __forceinline__ u32 bits_of(__half2 h) { return *(const u32 *)&h; }
+
+// Both halves the low (high) half of `bits`.
+__device__ __forceinline__ __half2 low_pair(u32 bits) { return half2_of(__byte_perm(bits, 0, 0x1010)); }
+__device__ __forceinline__ __half2 high_pair(u32 bits) { return half2_of(__byte_perm(bits, 0, 0x3232)); }
+
+// One sub-block for every n-fragment: w[e][r][k] holds the lane's f16 weights of step e, row r
+// (g, g + 8), k pair k (columns 8t + 4e + 2k, +1).
+template <int NF, int NT>
+__device__ __forceinline__ void mma_sub_block(const u32 (&w)[2][2][2], const MmhTile<NT> &tile, int s, int g, int t,
+                                              float (&acc)[NF][4]) {
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+        const uint4 b = *(const uint4 *)&tile.x[8 * f + g][32 * s + 8 * t];
+        const u32 first[4] = {w[0][0][0], w[0][1][0], w[0][0][1], w[0][1][1]};
+        mma_f16(acc[f], first, b.x, b.y);
+        const u32 second[4] = {w[1][0][0], w[1][1][0], w[1][0][1], w[1][1][1]};
+        mma_f16(acc[f], second, b.z, b.w);
+    }
+}
+
+template <int FMT> struct MmhLanes;
+
+// Q4_K: lane t's 8-byte load at 32p + 8t holds its columns of sub-blocks 2p (low nibbles) and
+// 2p + 1 (high nibbles), as in mmq.cu.
+template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
+    typedef MmqLanes<FMT_Q4_K>::Raw Raw;
+    __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
+        MmqLanes<FMT_Q4_K>::load(row, cols, group, t, raw);
+    }
+    template <int NF, int NT>
+    __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {
+        const __half2 low_base = half2_of(0x64006400u), high_base = half2_of(0x54005400u);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            u32 low[2][2][2], high[2][2][2];  // [e][r][k]
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                // (sc, sc') and (m, m') of sub-blocks 2p and 2p + 1 as halves 1024 + v, then times
+                // d and -dmin: one rounding each.
+                u32 scales, mins;
+                k_quant_pair(raw[r].head, p, scales, mins);
+                const __half2 sc = __hsub2(half2_of(__byte_perm(scales, 0x64, 0x4140)), low_base);
+                const __half2 mn = __hsub2(half2_of(__byte_perm(mins, 0x64, 0x4140)), low_base);
+                const __half2 scale = __hmul2(sc, low_pair(raw[r].head.x));
+                const __half2 neg_min = __hmul2(mn, high_pair(raw[r].head.x ^ 0x80000000u));
+                const __half2 scale_low = __low2half2(scale), scale_high = __high2half2(scale);
+                const __half2 min_low = __low2half2(neg_min), min_high = __high2half2(neg_min);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const u32 word = e ? raw[r].qs[p].y : raw[r].qs[p].x;
+#pragma unroll
+                    for (int k = 0; k < 2; ++k) {
+                        // Bytes 2k and 2k + 1 of the word in the low bytes of the two halves.
+                        const u32 spread = __byte_perm(word, 0, k ? 0x4342 : 0x4140);
+                        const __half2 q_low = __hsub2(half2_of((spread & 0x000f000fu) | 0x64006400u), low_base);
+                        const __half2 q_high = __hsub2(half2_of((spread & 0x00f000f0u) | 0x54005400u), high_base);
+                        low[e][r][k] = bits_of(__hfma2(q_low, scale_low, min_low));
+                        high[e][r][k] = bits_of(__hfma2(q_high, scale_high, min_high));
+                    }
+                }
+            }
+            mma_sub_block<NF>(low, tile, 2 * p, g, t, acc);
+            mma_sub_block<NF>(high, tile, 2 * p + 1, g, t, acc);
+        }
+    }
+};
+
+// Q6_K (split rows, see quant.cuh): sub-block s = 4h + j is quarter j of half h, columns
+// 128h + 32j + l. Lane t's columns l = 8t..8t+7 take the low or high nibbles (j / 2) of ql bytes
+// 64h + 32(j % 2) + l, bits 2j of qh bytes 32h + l, and scale 8h + 2j + t / 2 (one per 16
+// columns, so one per lane and sub-block).
+template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
+    struct Raw {
+        uint2 ql[2][2];  // [h][j % 2]
+        uint2 qh[2];     // [h]
+        uint4 scales;
+        u16 d;
+    };
+    __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
+        const u8 *block = row + (size_t)group * Q6_K_QUANT_BYTES;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            raw.ql[h][0] = *(const uint2 *)(block + 64 * h + 8 * t);
+            raw.ql[h][1] = *(const uint2 *)(block + 64 * h + 32 + 8 * t);
+            raw.qh[h] = *(const uint2 *)(block + 128 + 32 * h + 8 * t);
+        }
+        raw.scales = *(const uint4 *)(block + 192);
+        raw.d = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
+    }
+    template <int NF, int NT>
+    __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {
+        // 1024 + 32: the 6-bit q sits in the mantissa of 1024, and q - 32 is the weight's multiple.
+        const __half2 base = half2_of(0x64206420u);
+        const int scale_shift = 8 * (t / 2);
+#pragma unroll
+        for (int s = 0; s < MMQ_SUBS; ++s) {
+            const int h = s / 4, j = s % 4;
+            u32 w[2][2][2];  // [e][r][k]
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const u32 scale_word = (&raw[r].scales.x)[2 * h + j / 2];
+                const int scale = (int)(signed char)(scale_word >> (scale_shift + 16 * (j % 2)));
+                const __half2 d = __float2half2_rn(f16_bits_to_f32(raw[r].d) * (float)scale);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const u32 ql = e ? raw[r].ql[h][j % 2].y : raw[r].ql[h][j % 2].x;
+                    const u32 qh = e ? raw[r].qh[h].y : raw[r].qh[h].x;
+                    const u32 q = ((ql >> (4 * (j / 2))) & 0x0f0f0f0fu) | (((qh >> (2 * j)) & 0x03030303u) << 4);
+#pragma unroll
+                    for (int k = 0; k < 2; ++k) {
+                        const __half2 biased = half2_of(__byte_perm(q, 0x64, k ? 0x4342 : 0x4140));
+                        w[e][r][k] = bits_of(__hmul2(__hsub2(biased, base), d));
+                    }
+                }
+            }
+            mma_sub_block<NF>(w, tile, s, g, t, acc);
+        }
+    }
+};
+
+#define MMQ_F16_KERNEL(SUFFIX, FMT, NF, NT)                                                                     \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS(NF))                              \
+        mmq_f16_##SUFFIX##_##NT(const u16 *x, const Projections projections, u32 cols, u32 n_rows,             \
+                                float *partials, u32 *arrivals) {                                               \
+        mmq<MmhLanes<FMT>, NF>(HalfInput{x}, projections, cols, n_rows, partials, arrivals);                   \
+    }
+
+// Input-row tiles of 8, 16, 24 and 32 (mmq.rs picks the smallest that holds the batch).
+#define MMQ_F16_KERNELS(SUFFIX, FMT)      \
+    MMQ_F16_KERNEL(SUFFIX, FMT, 1, 8)     \
+    MMQ_F16_KERNEL(SUFFIX, FMT, 2, 16)    \
+    MMQ_F16_KERNEL(SUFFIX, FMT, 3, 24)    \
+    MMQ_F16_KERNEL(SUFFIX, FMT, 4, 32)
+
+MMQ_F16_KERNELS(q4_k, FMT_Q4_K)
+MMQ_F16_KERNELS(q6_k, FMT_Q6_K)
