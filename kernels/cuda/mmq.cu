@@ -144,6 +144,8 @@ struct Int8Input {
 
 template <int STRIDE> struct Int8Activations {
     typedef Int8Input Input;
+    // Unrolled, the int8 steps spill.
+    static const int GROUP_UNROLL = 1;
     template <int NT> using Tile = MmqTile<NT, STRIDE>;
 
     // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
@@ -430,24 +432,26 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
         L::load(rows[0], cols, begin, t, raw[0]);
         L::load(rows[1], cols, begin, t, raw[1]);
     }
+    // Lanes whose group step is short take two steps an iteration: the next group's weights then
+    // land in the registers the step after uses, instead of being copied there.
+#pragma unroll(L::GROUP_UNROLL)
     for (u32 group = begin; group < end; ++group) {
         const int current = (group - begin) % 2;
         // The current group's activations have arrived for every thread, and every warp is done
         // with the other buffer, which the next group's copies overwrite.
         copy_async_wait();
         __syncthreads();
-        const bool more = group + 1 < end;
-        typename L::Raw next[2];
-        if (more) {
+        if (group + 1 < end) {
             L::stage(tiles[current ^ 1], x, cols, n_rows, group + 1);
-            L::load(rows[0], cols, group + 1, t, next[0]);
-            L::load(rows[1], cols, group + 1, t, next[1]);
         }
+        // The last group loads itself again rather than branch: the copies below stay unconditional.
+        const u32 upcoming = min(group + 1, end - 1);
+        typename L::Raw next[2];
+        L::load(rows[0], cols, upcoming, t, next[0]);
+        L::load(rows[1], cols, upcoming, t, next[1]);
         L::template group<NF>(raw, tiles[current], g, t, acc);
-        if (more) {
-            raw[0] = next[0];
-            raw[1] = next[1];
-        }
+        raw[0] = next[0];
+        raw[1] = next[1];
     }
 
     // Accumulator i of fragment f: tile row 16 warp + g + 8 (i / 2), input row 8f + 2t + i % 2.

@@ -33,6 +33,7 @@ template <int NT> struct MmhTile {
 
 struct HalfActivations {
     typedef HalfInput Input;
+    static const int GROUP_UNROLL = 2;
     template <int NT> using Tile = MmhTile<NT>;
 
     // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
@@ -51,6 +52,18 @@ struct HalfActivations {
 
 __device__ __forceinline__ __half2 half2_of(u32 bits) { return *(const __half2 *)&bits; }
 __device__ __forceinline__ u32 bits_of(__half2 h) { return *(const u32 *)&h; }
+
+// (a & mask) | bits as one LOP3: with immediates the compiler splits it into an AND and an OR, as
+// an instruction takes one immediate; the registers here are loop-invariant.
+__device__ __forceinline__ u32 masked_or(u32 a, u32 mask, u32 bits) {
+#if __CUDA_ARCH__ >= 500
+    u32 out;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(out) : "r"(a), "r"(mask), "r"(bits));
+    return out;
+#else
+    return (a & mask) | bits;
+#endif
+}
 
 // Both halves the low (high) half of `bits`.
 __device__ __forceinline__ __half2 low_pair(u32 bits) { return half2_of(__byte_perm(bits, 0, 0x1010)); }
@@ -105,8 +118,8 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
                     for (int k = 0; k < 2; ++k) {
                         // Bytes 2k and 2k + 1 of the word in the low bytes of the two halves.
                         const u32 spread = __byte_perm(word, 0, k ? 0x4342 : 0x4140);
-                        const __half2 q_low = __hsub2(half2_of((spread & 0x000f000fu) | 0x64006400u), low_base);
-                        const __half2 q_high = __hsub2(half2_of((spread & 0x00f000f0u) | 0x54005400u), high_base);
+                        const __half2 q_low = __hsub2(half2_of(masked_or(spread, 0x000f000fu, 0x64006400u)), low_base);
+                        const __half2 q_high = __hsub2(half2_of(masked_or(spread, 0x00f000f0u, 0x54005400u)), high_base);
                         low[e][r][k] = bits_of(__hfma2(q_low, scale_low, min_low));
                         high[e][r][k] = bits_of(__hfma2(q_high, scale_high, min_high));
                     }
