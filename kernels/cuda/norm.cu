@@ -31,10 +31,11 @@ template <bool PER_WARP> struct NormGroup {
 };
 
 // With QUANTIZE, the output also goes to the int8 copy the matmuls read (store_q8_quad), which
-// saves their quantize_q8 launch; the rows are then a whole number of Q8_BLOCK.
+// saves their quantize_q8 launch, and, unless `halves` is null, to the f16 copy (store_f16_quad);
+// the rows are then a whole number of Q8_BLOCK.
 template <bool PER_WARP, bool ADD, bool QUANTIZE>
 __device__ void norm_in_registers(float *x, const float *delta, const float *weight, u32 row_len, u32 n_rows,
-                                  float eps, float *out, u32 *q, float2 *q_scales) {
+                                  float eps, float *out, u32 *q, float2 *q_scales, u16 *halves) {
     wait_for_previous_kernel();
     if (n_rows <= DECODE_ROWS) {
         let_next_kernel_start();
@@ -81,6 +82,7 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
         // lanes, since groups are multiples of 32 threads and rows of 32 columns.
         if (QUANTIZE) {
             store_q8_quad(o, offset / 4 + i, live, q, q_scales);
+            store_f16_quad(o, offset / 4 + i, live, halves);
         }
     }
 }
@@ -89,22 +91,23 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
     extern "C" __global__ void rms_norm_##SUFFIX(const float *x, const float *weight, u32 row_len,  \
                                                  u32 n_rows, float eps, float *out) {              \
         norm_in_registers<PER_WARP, false, false>((float *)x, NULL, weight, row_len, n_rows, eps, out, NULL, \
-                                                  NULL);                                           \
+                                                  NULL, NULL);                                     \
     }                                                                                              \
     extern "C" __global__ void add_rms_norm_##SUFFIX(float *residual, const float *delta,          \
                                                      const float *weight, u32 row_len, u32 n_rows, \
                                                      float eps, float *out) {                      \
-        norm_in_registers<PER_WARP, true, false>(residual, delta, weight, row_len, n_rows, eps, out, NULL, NULL); \
+        norm_in_registers<PER_WARP, true, false>(residual, delta, weight, row_len, n_rows, eps, out, NULL, NULL, \
+                                                 NULL);                                            \
     }                                                                                              \
     extern "C" __global__ void rms_norm_q8_##SUFFIX(const float *x, const float *weight, u32 row_len, \
                                                     u32 n_rows, float eps, float *out, u32 *q,     \
-                                                    float2 *q_scales) {                            \
+                                                    float2 *q_scales, u16 *halves) {               \
         norm_in_registers<PER_WARP, false, true>((float *)x, NULL, weight, row_len, n_rows, eps, out, q, \
-                                                 q_scales);                                        \
+                                                 q_scales, halves);                                \
     }                                                                                              \
     extern "C" __global__ void add_rms_norm_q8_##SUFFIX(float *residual, const float *delta,       \
                                                         const float *weight, u32 row_len, u32 n_rows, \
-                                                        float eps, float *out, u32 *q, float2 *q_scales) { \
+                                                        float eps, float *out, u32 *q, float2 *q_scales, u16 *halves) { \
         norm_in_registers<PER_WARP, true, true>(residual, delta, weight, row_len, n_rows, eps, out, q, q_scales); \
     }
 

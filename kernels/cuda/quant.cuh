@@ -191,6 +191,16 @@ __device__ __forceinline__ void store_q8_quad(float4 v, size_t quad, bool live, 
     }
 }
 
+// Stores `v`, four consecutive values of a flat array, rounded to f16 at halves[4 quad..], the
+// copy mmq_f16.cu reads; nothing when `halves` is null (a batch that takes the int8 kernels).
+// Norms and SwiGLU write it along with their output and int8 copy.
+__device__ __forceinline__ void store_f16_quad(float4 v, size_t quad, bool live, u16 *halves) {
+    if (live && halves != NULL) {
+        const __half2 low = __floats2half2_rn(v.x, v.y), high = __floats2half2_rn(v.z, v.w);
+        ((uint2 *)halves)[quad] = make_uint2(*(const u32 *)&low, *(const u32 *)&high);
+    }
+}
+
 // Weights multiplied by one input in one launch: blocks first_block[p]..first_block[p + 1] compute
 // rows of weight p (`Projections` in matmul.rs has the same layout).
 struct Projections {

@@ -152,12 +152,17 @@ pub(super) fn attention(
     let quantize = params.head_dim.is_multiple_of(Q8_BLOCK);
     let n_values = out.len;
     let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
+    let halves = quantize && backend.writes_halves(batch.n_rows());
     if quantize {
-        let (values, scales) = copy.buffers(device, OP, n_values)?;
+        let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
         launch.arg(values).arg(scales);
+        match halves {
+            Some(halves) => launch.arg(halves),
+            None => launch.arg(&0u64),
+        };
     } else {
         copy.invalidate();
-        launch.arg(&0u64).arg(&0u64);
+        launch.arg(&0u64).arg(&0u64).arg(&0u64);
     }
     let mut config = grid(OP, tasks * splits, to_u32(OP, "threads", THREADS)?)?;
     config.shared_mem_bytes = to_u32(OP, "shared memory", shared_floats * size_of::<f32>())?;
@@ -165,11 +170,11 @@ pub(super) fn attention(
     // come from a validated layout; `splits` keeps tasks * splits * heads_per_block states within
     // `states` and, when it splits, one counter per task within `counters`; the shared memory
     // holds the queries and a tile as the kernel lays them out, within 48 KB; with heads of whole
-    // blocks, the copy holds a byte per output value and two floats per block, else the kernel
-    // gets null pointers and writes no copy.
+    // blocks, the copy holds a byte per output value and two floats per block (and the f16 copy,
+    // when asked for, a half per value), else the kernel gets null pointers and writes no copy.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
-        copy.mark_written(backend.epoch.load(Ordering::Relaxed), n_values);
+        copy.mark_written(backend.epoch.load(Ordering::Relaxed), n_values, halves);
     }
     Ok(())
 }

@@ -35,6 +35,7 @@ pub(super) fn swiglu(
     gate: &CudaTensor,
     up: &CudaTensor,
     len: usize,
+    halves: bool,
     out: &mut CudaTensor,
 ) -> Result<(), BackendError> {
     const OP: &str = "swiglu";
@@ -55,11 +56,16 @@ pub(super) fn swiglu(
     let n_quads = to_u32(OP, "len / 4", len / 4)?;
     let mut launch = device.launch(OP, "swiglu_q8")?;
     launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&mut out.buf);
-    let (values, scales) = copy.buffers(device, OP, len)?;
+    let (values, scales, halves_buffer) = copy.buffers(device, OP, len, halves)?;
     launch.arg(values).arg(scales);
+    match halves_buffer {
+        Some(buffer) => launch.arg(buffer),
+        None => launch.arg(&0u64),
+    };
     // SAFETY: the shape check guarantees every buffer holds `len` elements, a whole number of
-    // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block).
+    // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block; the
+    // f16 copy, when asked for, a half per value, else the kernel gets null).
     unsafe { launch.launch(per_element(OP, len / 4)?) }.map_err(driver(OP))?;
-    copy.mark_written(backend.epoch.load(Ordering::Relaxed), len);
+    copy.mark_written(backend.epoch.load(Ordering::Relaxed), len, halves);
     Ok(())
 }

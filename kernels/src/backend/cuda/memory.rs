@@ -58,10 +58,11 @@ impl QuantizedCopy {
         self.halves_valid_for = None;
     }
 
-    /// The tensor was written along with its int8 copy of `n_values` values; the f16 copy is stale.
-    pub fn mark_written(&mut self, epoch: u64, n_values: usize) {
+    /// The tensor was written along with its int8 copy of `n_values` values, and its f16 copy
+    /// when `halves`; else the f16 copy is stale.
+    pub fn mark_written(&mut self, epoch: u64, n_values: usize, halves: bool) {
         self.int8_valid_for = Some((epoch, n_values));
-        self.halves_valid_for = None;
+        self.halves_valid_for = halves.then_some((epoch, n_values));
     }
 
     /// The int8 copy of the tensor's first `n_values` values for `epoch`; `write` fills the
@@ -100,18 +101,22 @@ impl QuantizedCopy {
         Ok(halves)
     }
 
-    /// The buffers for a copy of `n_values` values, a whole number of blocks, written by a kernel
-    /// along with its float output: a byte per value and a (d, sum) pair of floats per block. The
-    /// caller marks the copy valid once the kernel is queued.
+    /// The buffers for copies of `n_values` values, a whole number of blocks, written by a kernel
+    /// along with its float output: a byte per value and a (d, sum) pair of floats per block, and
+    /// with `halves` the f16 copy. The caller marks the copies valid once the kernel is queued.
+    #[allow(clippy::type_complexity)]
     pub fn buffers(
         &mut self,
         device: &Device,
         op: &'static str,
         n_values: usize,
-    ) -> Result<(&mut CudaSlice<u8>, &mut CudaSlice<f32>), BackendError> {
+        halves: bool,
+    ) -> Result<(&mut CudaSlice<u8>, &mut CudaSlice<f32>, Option<&mut CudaSlice<u16>>), BackendError> {
+        let halves = if halves { Some(self.halves.at_least(device, op, n_values)?) } else { None };
         Ok((
             self.values.at_least(device, op, n_values)?,
             self.scales.at_least(device, op, 2 * n_values / Q8_BLOCK)?,
+            halves,
         ))
     }
 }

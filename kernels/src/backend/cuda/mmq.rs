@@ -36,6 +36,8 @@ pub(super) const TILE_ROWS: usize = 64;
 const GROUP_COLS: usize = 256;
 /// Threads per block (`MMQ_THREADS`).
 const THREADS: u32 = 128;
+/// The largest batch of the f16 kernels (mmq_f16.cu).
+const HALF_MAX_ROWS: usize = 32;
 /// The input-row tiles there are kernels for, smallest first.
 const TILES: [usize; 6] = [8, 16, 24, 32, 48, 64];
 /// K is split until the launch has this many blocks per multiprocessor, one wave of the kernels
@@ -101,13 +103,15 @@ impl Mmq {
         (self.min_rows..=MAX_ROWS).contains(&n_rows)
     }
 
+    /// Whether batches of `n_rows` of Q4_K and Q6_K weights take the f16 kernels, which read the
+    /// f16 copy of their input: the ops that write an input also write that copy then.
+    pub fn reads_halves(&self, n_rows: usize) -> bool {
+        self.halves && self.covers(n_rows) && n_rows <= HALF_MAX_ROWS
+    }
+
     /// Whether a covered batch of `n_rows` of `ty` weights takes the f16 kernels.
     pub fn takes_halves(&self, ty: GgmlType, n_rows: usize) -> bool {
-        self.halves
-            && TILES
-                .into_iter()
-                .find(|&tile| tile >= n_rows)
-                .is_some_and(|tile| half_kernel(ty, tile).is_some())
+        self.reads_halves(n_rows) && half_kernel(ty, HALF_MAX_ROWS).is_some()
     }
 
     /// `out = x · weightᵀ` for the projections (their blocks of [`TILE_ROWS`] rows numbered

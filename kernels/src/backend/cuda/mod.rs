@@ -58,6 +58,7 @@ use std::sync::{Mutex, PoisonError};
 
 use super::{
     AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, BackendError, RopeParams,
+    shape,
 };
 use crate::quant::GgmlType;
 use attention::SplitAttention;
@@ -120,6 +121,12 @@ impl CudaBackend {
     /// kernel (the median of ten runs; takes well under a second on a current GPU).
     pub fn read_bandwidth(&self) -> Result<f64, BackendError> {
         probe::read_bandwidth(&self.device)
+    }
+
+    /// Whether ops writing a matmul input of `n_rows` rows also write its f16 copy, which the f16
+    /// mmq kernels read: saves a conversion launch per input of a verify step.
+    fn writes_halves(&self, n_rows: usize) -> bool {
+        self.mmq.as_ref().is_some_and(|mmq| mmq.reads_halves(n_rows))
     }
 }
 
@@ -258,7 +265,7 @@ impl Backend for CudaBackend {
                 matmul::matmuls(&self.device, epoch, x, n_rows, &mut int8, mmq)?;
                 rest.into_iter().try_for_each(|(weight, out)| {
                     if Gemm::supports(weight.ty) {
-                        super::shape::matmul(x, weight, n_rows, &*out)?;
+                        shape::matmul(x, weight, n_rows, &*out)?;
                         gemm.matmul(&self.device, x, weight, n_rows, out)
                     } else {
                         matmul::matmuls(&self.device, epoch, x, n_rows, &mut [(weight, out)], mmq)
@@ -345,7 +352,22 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
         out.invalidate_quantized();
-        elementwise::swiglu(self, gate, up, len, out)
+        elementwise::swiglu(self, gate, up, len, false, out)
+    }
+
+    fn swiglu_matmuls(
+        &self,
+        x: &CudaTensor,
+        n_rows: usize,
+        (gate_weight, gate): (&CudaWeight, &mut CudaTensor),
+        (up_weight, up): (&CudaWeight, &mut CudaTensor),
+        act: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        let len = shape::swiglu_matmuls(x, n_rows, (gate_weight, &*gate), (up_weight, &*up), &*act)?;
+        self.matmuls(x, n_rows, &mut [(gate_weight, &mut *gate), (up_weight, &mut *up)])?;
+        // Here the batch's rows are known: the down projection's input gets its f16 copy.
+        act.invalidate_quantized();
+        elementwise::swiglu(self, gate, up, len, self.writes_halves(n_rows), act)
     }
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor, len: usize) -> Result<(), BackendError> {

@@ -81,6 +81,7 @@ pub(super) fn rms_norm(
     let (device, epoch) = (&backend.device, backend.epoch.load(Ordering::Relaxed));
     let (variant, config) = plan(OP, row_len, n_rows)?;
     let quantize = variant.quantizes(row_len);
+    let halves = quantize && backend.writes_halves(n_rows);
     let n_values = n_rows * row_len;
     let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
     let row_len = to_u32(OP, "row length", row_len)?;
@@ -93,15 +94,20 @@ pub(super) fn rms_norm(
     }
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
-        let (values, scales) = copy.buffers(device, OP, n_values)?;
+        let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
         launch.arg(values).arg(scales);
+        match halves {
+            Some(halves) => launch.arg(halves),
+            None => launch.arg(&0u64),
+        };
     }
     // SAFETY: the shape check guarantees `n_rows` rows in `x` and `out`; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
-    // copy holds a byte per value and two floats per block.
+    // copy holds a byte per value and two floats per block, and the f16 copy (or null) a half per
+    // value.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
-        copy.mark_written(epoch, n_values);
+        copy.mark_written(epoch, n_values, halves);
     }
     Ok(())
 }
@@ -124,6 +130,7 @@ pub(super) fn add_rms_norm(
     let (device, epoch) = (&backend.device, backend.epoch.load(Ordering::Relaxed));
     let (variant, config) = plan(OP, row_len, n_rows)?;
     let quantize = variant.quantizes(row_len);
+    let halves = quantize && backend.writes_halves(n_rows);
     let n_values = n_rows * row_len;
     let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
     let row_len = to_u32(OP, "row length", row_len)?;
@@ -135,15 +142,20 @@ pub(super) fn add_rms_norm(
     }
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
-        let (values, scales) = copy.buffers(device, OP, n_values)?;
+        let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
         launch.arg(values).arg(scales);
+        match halves {
+            Some(halves) => launch.arg(halves),
+            None => launch.arg(&0u64),
+        };
     }
     // SAFETY: the shape check guarantees `n_rows` rows in every buffer; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
-    // copy holds a byte per value and two floats per block.
+    // copy holds a byte per value and two floats per block, and the f16 copy (or null) a half per
+    // value.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
-        copy.mark_written(epoch, n_values);
+        copy.mark_written(epoch, n_values, halves);
     }
     Ok(())
 }
