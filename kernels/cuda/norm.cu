@@ -107,8 +107,10 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
     }                                                                                              \
     extern "C" __global__ void add_rms_norm_q8_##SUFFIX(float *residual, const float *delta,       \
                                                         const float *weight, u32 row_len, u32 n_rows, \
-                                                        float eps, float *out, u32 *q, float2 *q_scales, u16 *halves) { \
-        norm_in_registers<PER_WARP, true, true>(residual, delta, weight, row_len, n_rows, eps, out, q, q_scales); \
+                                                        float eps, float *out, u32 *q, float2 *q_scales, \
+                                                        u16 *halves) {                             \
+        norm_in_registers<PER_WARP, true, true>(residual, delta, weight, row_len, n_rows, eps, out, q, q_scales, \
+                                                halves);                                           \
     }
 
 NORM_KERNELS(warp, true)
