@@ -36,6 +36,20 @@ impl DeviceBuffer {
         Self::from_bytes(&bytes)
     }
 
+    pub fn from_words(values: &[u32]) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::from_bytes(&bytes)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: u128 storage viewed as its bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 16) }
+    }
+
+    pub fn words(&self, len: usize) -> Vec<u32> {
+        self.bytes()[..4 * len].chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect()
+    }
+
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.words.len() * 16;
         // SAFETY: u128 storage viewed as its bytes.
@@ -146,12 +160,18 @@ pub struct Q8Copy {
     pub scales: DeviceBuffer,
 }
 
+impl Q8Copy {
+    /// Room for the copy of `n` values: a byte each, two floats per block of 32.
+    pub fn zeroed(n: usize) -> Self {
+        Self { values: DeviceBuffer::zeroed(n), scales: DeviceBuffer::zeroed(8 * n / 32) }
+    }
+}
+
 /// Rounds `x` (rows of a multiple of 32 values) to int8 blocks with the emulated `quantize_q8`.
 pub fn quantize_q8(x: &[f32]) -> Q8Copy {
     let n_blocks = (x.len() / 32) as u32;
     let mut input = DeviceBuffer::from_floats(x);
-    let mut copy =
-        Q8Copy { values: DeviceBuffer::zeroed(x.len()), scales: DeviceBuffer::zeroed(8 * x.len() / 32) };
+    let mut copy = Q8Copy::zeroed(x.len());
     let (mut x_ptr, mut q, mut scales, mut n) =
         (input.address(), copy.values.address(), copy.scales.address(), n_blocks);
     let threads = 8 * n_blocks;
@@ -161,6 +181,39 @@ pub fn quantize_q8(x: &[f32]) -> Q8Copy {
         &mut [ptr(&mut x_ptr), ptr(&mut n), ptr(&mut q), ptr(&mut scales)],
     );
     copy
+}
+
+/// The leading `len` values of a CPU tensor.
+pub fn fetch(cpu: &CpuBackend, tensor: &<CpuBackend as Backend>::Tensor, len: usize) -> Vec<f32> {
+    let mut out = vec![0.0; len];
+    cpu.download(tensor, &mut out).unwrap();
+    out
+}
+
+/// Checks an int8 copy that a kernel wrote of its output (store_q8_quad's layout: a byte per
+/// value, `(d, sum)` per block of 32) against the CPU's output `want`. Each block's `d` must be
+/// its max |want| / 127 and `sum` the sum of its values, both up to the f32 error of the output
+/// itself (`tolerance`); each byte must be its value over `d` rounded, within half a step plus
+/// what that error moves the value by (0.01 of a step).
+pub fn check_q8_copy(label: &str, copy: &Q8Copy, want: &[f32], tolerance: f32) {
+    let n_blocks = want.len() / 32;
+    let scales = copy.scales.floats(2 * n_blocks);
+    let (d, sums): (Vec<f32>, Vec<f32>) = scales.chunks_exact(2).map(|s| (s[0], s[1])).unzip();
+    let (want_d, want_sums): (Vec<f32>, Vec<f32>) = want
+        .chunks_exact(32)
+        .map(|block| (block.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0, block.iter().sum::<f32>()))
+        .unzip();
+    check(&format!("{label} int8 scales"), &d, &want_d, tolerance);
+    check(&format!("{label} int8 sums"), &sums, &want_sums, tolerance);
+    let mut worst = 0.0f32;
+    for (i, (&byte, &w)) in copy.values.bytes().iter().zip(want).enumerate() {
+        let block_d = want_d[i / 32];
+        let steps = if block_d > 0.0 { w / block_d } else { 0.0 };
+        let error = (f32::from(byte as i8) - steps).abs();
+        assert!(error <= 0.51, "{label} int8[{i}]: {} for {w} in steps of {block_d}", byte as i8);
+        worst = worst.max(error);
+    }
+    println!("parity {label} int8 values: max error {worst:.3} steps (tolerance 0.51)");
 }
 
 /// Runs a matvec_quant.cu kernel over `projections` (128 threads a block), with the mixed
