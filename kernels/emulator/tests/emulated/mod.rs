@@ -250,12 +250,18 @@ pub fn run(kernel: &str, shape: LaunchShape, args: &mut [*mut c_void]) {
     unsafe { launch(kernel, shape, args) }.unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Asserts `got` matches `want` within `tolerance` of `max(1, max |want|)` and prints the error.
+/// Asserts `got` matches `want` within `tolerance` of `max(1, max |want|)` (over the finite
+/// values; a NaN or infinite `want` must be matched exactly, any NaN by any NaN) and prints the
+/// error.
 pub fn check(label: &str, got: &[f32], want: &[f32], tolerance: f32) {
     assert_eq!(got.len(), want.len(), "{label}: lengths");
-    let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let scale = want.iter().filter(|v| v.is_finite()).fold(1.0f32, |m, v| m.max(v.abs()));
     let mut worst = 0.0f32;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !w.is_finite() {
+            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{label}[{i}]: {g} vs {w}");
+            continue;
+        }
         let error = (g - w).abs() / scale;
         assert!(error <= tolerance, "{label}[{i}]: emulated {g}, cpu {w}, error {error:e} > {tolerance:e}");
         worst = worst.max(error);
