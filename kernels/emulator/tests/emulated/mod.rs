@@ -36,6 +36,20 @@ impl DeviceBuffer {
         Self::from_bytes(&bytes)
     }
 
+    pub fn from_words(values: &[u32]) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::from_bytes(&bytes)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: u128 storage viewed as its bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 16) }
+    }
+
+    pub fn words(&self, len: usize) -> Vec<u32> {
+        self.bytes()[..4 * len].chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect()
+    }
+
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.words.len() * 16;
         // SAFETY: u128 storage viewed as its bytes.
@@ -144,14 +158,26 @@ impl Projections {
 pub struct Q8Copy {
     pub values: DeviceBuffer,
     pub scales: DeviceBuffer,
+    /// The f16 copy that norms, SwiGLU and the decode attention write beside the int8 one.
+    pub halves: DeviceBuffer,
+}
+
+impl Q8Copy {
+    /// Room for the copies of `n` values: a byte each, two floats per block of 32, a half each.
+    pub fn zeroed(n: usize) -> Self {
+        Self {
+            values: DeviceBuffer::zeroed(n),
+            scales: DeviceBuffer::zeroed(8 * n / 32),
+            halves: DeviceBuffer::zeroed(2 * n),
+        }
+    }
 }
 
 /// Rounds `x` (rows of a multiple of 32 values) to int8 blocks with the emulated `quantize_q8`.
 pub fn quantize_q8(x: &[f32]) -> Q8Copy {
     let n_blocks = (x.len() / 32) as u32;
     let mut input = DeviceBuffer::from_floats(x);
-    let mut copy =
-        Q8Copy { values: DeviceBuffer::zeroed(x.len()), scales: DeviceBuffer::zeroed(8 * x.len() / 32) };
+    let mut copy = Q8Copy::zeroed(x.len());
     let (mut x_ptr, mut q, mut scales, mut n) =
         (input.address(), copy.values.address(), copy.scales.address(), n_blocks);
     let threads = 8 * n_blocks;
@@ -171,6 +197,56 @@ pub fn round_f16(x: &[f32]) -> DeviceBuffer {
     let blocks = x.len().div_ceil(256) as u32;
     run("round_f16", LaunchShape::linear(blocks, 256), &mut [ptr(&mut x_ptr), ptr(&mut n), ptr(&mut out)]);
     halves
+}
+
+/// The leading `len` values of a CPU tensor.
+pub fn fetch(cpu: &CpuBackend, tensor: &<CpuBackend as Backend>::Tensor, len: usize) -> Vec<f32> {
+    let mut out = vec![0.0; len];
+    cpu.download(tensor, &mut out).unwrap();
+    out
+}
+
+/// Checks an int8 copy that a kernel wrote of its output (store_q8_quad's layout: a byte per
+/// value, `(d, sum)` per block of 32) against the CPU's output `want`. Each block's `d` must be
+/// its max |want| / 127 and `sum` the sum of its values, both up to the f32 error of the output
+/// itself (`tolerance`); each byte must be its value over `d` rounded, within half a step plus
+/// what that error moves the value by (0.01 of a step).
+pub fn check_q8_copy(label: &str, copy: &Q8Copy, want: &[f32], tolerance: f32) {
+    let n_blocks = want.len() / 32;
+    let scales = copy.scales.floats(2 * n_blocks);
+    let (d, sums): (Vec<f32>, Vec<f32>) = scales.chunks_exact(2).map(|s| (s[0], s[1])).unzip();
+    let (want_d, want_sums): (Vec<f32>, Vec<f32>) = want
+        .chunks_exact(32)
+        .map(|block| (block.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0, block.iter().sum::<f32>()))
+        .unzip();
+    check(&format!("{label} int8 scales"), &d, &want_d, tolerance);
+    check(&format!("{label} int8 sums"), &sums, &want_sums, tolerance);
+    let mut worst = 0.0f32;
+    for (i, (&byte, &w)) in copy.values.bytes().iter().zip(want).enumerate() {
+        let block_d = want_d[i / 32];
+        let steps = if block_d > 0.0 { w / block_d } else { 0.0 };
+        let error = (f32::from(byte as i8) - steps).abs();
+        assert!(error <= 0.51, "{label} int8[{i}]: {} for {w} in steps of {block_d}", byte as i8);
+        worst = worst.max(error);
+    }
+    println!("parity {label} int8 values: max error {worst:.3} steps (tolerance 0.51)");
+}
+
+/// Checks the f16 copy a kernel wrote of its output against the CPU's output `want`: each half
+/// is its value rounded to f16, so within half an f16 ulp (2^-11 relative) plus the output's own
+/// error (`tolerance` of the largest |want|).
+pub fn check_f16_copy(label: &str, copy: &Q8Copy, want: &[f32], tolerance: f32) {
+    let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let bytes = copy.halves.bytes();
+    let mut worst = 0.0f32;
+    for (i, &w) in want.iter().enumerate() {
+        let got = half::f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32();
+        let error = (got - w).abs();
+        let bound = w.abs() * 2f32.powi(-11) + tolerance * scale;
+        assert!(error <= bound, "{label} f16[{i}]: {got} for {w}");
+        worst = worst.max(error / bound);
+    }
+    println!("parity {label} f16 copy: max error {worst:.2} of the bound");
 }
 
 /// Runs a matvec_quant.cu kernel over `projections` (128 threads a block), with the mixed
@@ -207,12 +283,18 @@ pub fn run(kernel: &str, shape: LaunchShape, args: &mut [*mut c_void]) {
     unsafe { launch(kernel, shape, args) }.unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Asserts `got` matches `want` within `tolerance` of `max(1, max |want|)` and prints the error.
+/// Asserts `got` matches `want` within `tolerance` of `max(1, max |want|)` (over the finite
+/// values; a NaN or infinite `want` must be matched exactly, any NaN by any NaN) and prints the
+/// error.
 pub fn check(label: &str, got: &[f32], want: &[f32], tolerance: f32) {
     assert_eq!(got.len(), want.len(), "{label}: lengths");
-    let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let scale = want.iter().filter(|v| v.is_finite()).fold(1.0f32, |m, v| m.max(v.abs()));
     let mut worst = 0.0f32;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !w.is_finite() {
+            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{label}[{i}]: {g} vs {w}");
+            continue;
+        }
         let error = (g - w).abs() / scale;
         assert!(error <= tolerance, "{label}[{i}]: emulated {g}, cpu {w}, error {error:e} > {tolerance:e}");
         worst = worst.max(error);

@@ -1,0 +1,391 @@
+//! The paged attention kernels (attention.cu), emulated, against the CPU backend: the decode
+//! kernels `attention_dim128` and `attention_dim512` over every mask, whole and with each row's
+//! keys split between blocks and merged by the last, with their output's int8 copy; and the
+//! tensor-core prefill kernel `attention_prefill` (its warp-shuffle fallback for mma.sync) over
+//! causal, bidirectional and tree masks.
+//!
+//! Tolerances, as in the device tests: 1e-5 for the decode kernels, the CPU's f32 softmax in
+//! another order (`expf` is the host's here); 2e-3 for the prefill kernel, which multiplies f16
+//! copies of the queries, keys, values and softmax weights. The int8 copy is checked against the
+//! CPU's output by `check_q8_copy`.
+//!
+//! The shapes are the device tests' shrunk to what the emulator runs in a few seconds: contexts
+//! of up to 701 keys instead of 5001, no 140-row prefill in the decode test, and prefill batches
+//! of 38 rows instead of 142.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod emulated;
+
+use canopy_kernel_emulator::LaunchShape;
+use canopy_kernels::backend::cpu::CpuBackend;
+use canopy_kernels::backend::{
+    AttentionBatch, AttentionLayout, AttentionParams, Backend, Mask, SequenceSpec, TREE_ROOT,
+};
+use common::{Rng, gaussian_row};
+use emulated::{DeviceBuffer, Q8Copy, check, check_f16_copy, check_q8_copy, fetch, ptr, run};
+
+const DECODE_TOLERANCE: f32 = 1e-5;
+const PREFILL_TOLERANCE: f32 = 2e-3;
+
+/// attention.rs's constants: warps a block, the largest head of `attention_dim128`, keys a tile
+/// at most, elements a thread loads per tile, the shared floats a block may use, and the SM count
+/// (an H200's) its split count aims at.
+const WARPS: usize = 8;
+const SMALL_HEAD_DIM: usize = 128;
+const MAX_TILE_KEYS: usize = 32;
+const TILE_LOADS: usize = 4;
+const SHARED_FLOATS: usize = (48 * 1024 - 256) / 4;
+const SM_COUNT: usize = 132;
+
+/// One sequence: its shape and its pool blocks.
+struct Sequence {
+    n_past: usize,
+    n_new: usize,
+    mask: Mask<'static>,
+    table: Vec<u32>,
+}
+
+/// The batch description as the kernels read it (AttentionLayout's private arrays): per
+/// sequence (q_start, n_new, n_past, table_start, mask code), the block tables cut to the blocks
+/// each sequence uses, and every row's tree parent.
+struct Flat {
+    sequences: DeviceBuffer,
+    block_tables: DeviceBuffer,
+    tree_parents: DeviceBuffer,
+}
+
+fn flatten(block_size: usize, sequences: &[Sequence]) -> Flat {
+    let (mut fields, mut tables, mut parents) = (vec![], vec![], vec![]);
+    for s in sequences {
+        let mask = match s.mask {
+            Mask::Causal => 0,
+            Mask::Bidirectional => 1,
+            Mask::Tree(_) => 2,
+        };
+        fields.extend([parents.len() as u32, s.n_new as u32, s.n_past as u32, tables.len() as u32, mask]);
+        tables.extend_from_slice(&s.table[..(s.n_past + s.n_new).div_ceil(block_size)]);
+        match s.mask {
+            Mask::Tree(tree) => parents.extend_from_slice(tree),
+            _ => parents.extend(std::iter::repeat_n(TREE_ROOT, s.n_new)),
+        }
+    }
+    // An empty array still needs an address.
+    parents.push(TREE_ROOT);
+    Flat {
+        sequences: DeviceBuffer::from_words(&fields),
+        block_tables: DeviceBuffer::from_words(&tables),
+        tree_parents: DeviceBuffer::from_words(&parents),
+    }
+}
+
+/// Random queries and pools for `layout`, and the CPU's attention over them.
+struct Case {
+    params: AttentionParams,
+    q: Vec<f32>,
+    k_pool: Vec<f32>,
+    v_pool: Vec<f32>,
+    want: Vec<f32>,
+}
+
+impl Case {
+    fn new(
+        layout: &AttentionLayout,
+        (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+        rng: &mut Rng,
+    ) -> Self {
+        let params = AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
+        let pool_len = layout.slots_needed() * params.kv_row_len();
+        let (k_pool, v_pool) = (gaussian_row(pool_len, 1.0, rng), gaussian_row(pool_len, 1.0, rng));
+        let q = gaussian_row(layout.n_rows() * params.q_row_len(), 2.0, rng);
+        let cpu = CpuBackend::new();
+        let batch = AttentionBatch::upload(&cpu, layout).unwrap();
+        let [q_t, k_t, v_t] = [&q, &k_pool, &v_pool].map(|x| cpu.upload(x).unwrap());
+        let mut out = cpu.zeros(q.len()).unwrap();
+        cpu.attention(&q_t, &k_t, &v_t, &batch, &params, &mut out).unwrap();
+        let want = fetch(&cpu, &out, q.len());
+        Self { params, q, k_pool, v_pool, want }
+    }
+}
+
+fn layout_of(block_size: usize, sequences: &[Sequence]) -> AttentionLayout {
+    let specs: Vec<SequenceSpec<'_>> = sequences
+        .iter()
+        .map(|s| SequenceSpec { n_past: s.n_past, n_new: s.n_new, block_table: &s.table, mask: s.mask })
+        .collect();
+    AttentionLayout::new(block_size, &specs).unwrap()
+}
+
+/// attention.rs's `key_stride`.
+fn key_stride(head_dim: usize) -> usize {
+    if !head_dim.is_multiple_of(4) {
+        head_dim | 1
+    } else if (head_dim / 4).is_multiple_of(2) {
+        head_dim + 4
+    } else {
+        head_dim
+    }
+}
+
+/// attention.rs's `tile_keys`.
+fn tile_keys(heads_per_block: usize, head_dim: usize) -> usize {
+    let row_elements = if head_dim.is_multiple_of(4) { head_dim / 4 } else { head_dim };
+    let loaded = TILE_LOADS * 32 * WARPS / row_elements;
+    let fit = (SHARED_FLOATS - heads_per_block * head_dim) / (key_stride(head_dim) + head_dim);
+    loaded.min(fit).min(MAX_TILE_KEYS)
+}
+
+/// attention.rs's `splits` on an H200, for a states buffer that never limits it.
+fn host_splits(tasks: usize) -> usize {
+    (4 * SM_COUNT).div_ceil(tasks).clamp(1, 64)
+}
+
+/// Runs the decode kernel over the case as attention.rs launches it, with `splits` blocks per
+/// task (the host's count when `None`); checks the output, its int8 copy for heads of whole
+/// blocks of 32, and that the merge counters are back at zero.
+fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, splits: Option<usize>) {
+    let AttentionParams { n_heads, n_kv_heads, head_dim, scale } = case.params;
+    let n_rows = case.q.len() / case.params.q_row_len();
+    let group = n_heads / n_kv_heads;
+    let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
+    let tasks = n_rows * n_kv_heads * group.div_ceil(heads_per_block);
+    let splits = splits.unwrap_or_else(|| host_splits(tasks));
+    let tile_keys = tile_keys(heads_per_block, head_dim);
+    let shared_floats = heads_per_block * head_dim + tile_keys * (key_stride(head_dim) + head_dim);
+
+    let mut flat = flatten(block_size, sequences);
+    let [mut q, mut k_pool, mut v_pool] =
+        [&case.q, &case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_floats(x));
+    let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; case.q.len()]);
+    let mut partials = DeviceBuffer::zeroed(4 * tasks * splits * heads_per_block * (head_dim + 2));
+    let mut counters = DeviceBuffer::zeroed(4 * tasks);
+    let mut copy = Q8Copy::zeroed(case.q.len());
+    let quantize = head_dim.is_multiple_of(32);
+    let mut pointers = [
+        &mut q,
+        &mut k_pool,
+        &mut v_pool,
+        &mut flat.sequences,
+        &mut flat.block_tables,
+        &mut flat.tree_parents,
+        &mut partials,
+        &mut counters,
+        &mut out,
+        &mut copy.values,
+        &mut copy.scales,
+        &mut copy.halves,
+    ]
+    .map(|buffer| buffer.address());
+    if !quantize {
+        pointers[9..].fill(0);
+    }
+    let [
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        seq_ptr,
+        tables_ptr,
+        parents_ptr,
+        partials_ptr,
+        counters_ptr,
+        out_ptr,
+        oq_ptr,
+        os_ptr,
+        oh_ptr,
+    ] = &mut pointers;
+    let mut scale = scale;
+    let [
+        mut n_sequences,
+        mut block_size_arg,
+        mut n_rows_arg,
+        mut n_heads,
+        mut n_kv_heads,
+        mut head_dim_arg,
+        mut heads_per_block,
+        mut tile_keys,
+        mut key_stride,
+        mut n_splits,
+    ] = [
+        sequences.len(),
+        block_size,
+        n_rows,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        heads_per_block,
+        tile_keys,
+        key_stride(head_dim),
+        splits,
+    ]
+    .map(|v| v as u32);
+    let kernel = if head_dim <= SMALL_HEAD_DIM { "attention_dim128" } else { "attention_dim512" };
+    let shape = LaunchShape {
+        grid: [(tasks * splits) as u32, 1, 1],
+        block: [32 * WARPS as u32, 1, 1],
+        dynamic_shared_bytes: 4 * shared_floats,
+    };
+    run(
+        kernel,
+        shape,
+        &mut [
+            ptr(q_ptr),
+            ptr(k_ptr),
+            ptr(v_ptr),
+            ptr(seq_ptr),
+            ptr(&mut n_sequences),
+            ptr(tables_ptr),
+            ptr(parents_ptr),
+            ptr(&mut block_size_arg),
+            ptr(&mut n_rows_arg),
+            ptr(&mut n_heads),
+            ptr(&mut n_kv_heads),
+            ptr(&mut head_dim_arg),
+            ptr(&mut scale),
+            ptr(&mut heads_per_block),
+            ptr(&mut tile_keys),
+            ptr(&mut key_stride),
+            ptr(&mut n_splits),
+            ptr(partials_ptr),
+            ptr(counters_ptr),
+            ptr(out_ptr),
+            ptr(oq_ptr),
+            ptr(os_ptr),
+            ptr(oh_ptr),
+        ],
+    );
+    let label = format!("{kernel} {label}, {splits} splits");
+    check(&label, &out.floats(case.q.len()), &case.want, DECODE_TOLERANCE);
+    if quantize {
+        check_q8_copy(&label, &copy, &case.want, DECODE_TOLERANCE);
+        check_f16_copy(&label, &copy, &case.want, DECODE_TOLERANCE);
+    }
+    assert!(counters.words(tasks).iter().all(|&c| c == 0), "{label}: merge counters reset");
+}
+
+/// Runs `attention_prefill` over the case as attention_prefill.rs launches it.
+fn prefill(label: &str, sequences: &[Sequence], block_size: usize, case: &Case) {
+    let AttentionParams { n_heads, n_kv_heads, head_dim, scale } = case.params;
+    assert_eq!(head_dim, 128, "the prefill kernel's only head size");
+    let n_rows = case.q.len() / case.params.q_row_len();
+    let group = n_heads / n_kv_heads;
+    let heads_per_block = group.div_ceil(group.div_ceil(4));
+    let chunks = group.div_ceil(heads_per_block);
+    let tiles = n_rows.div_ceil(16) + sequences.len();
+    let mut flat = flatten(block_size, sequences);
+    let [mut q, mut k_pool, mut v_pool] =
+        [&case.q, &case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_floats(x));
+    let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; case.q.len()]);
+    let mut pointers = [
+        &mut q,
+        &mut k_pool,
+        &mut v_pool,
+        &mut flat.sequences,
+        &mut flat.block_tables,
+        &mut flat.tree_parents,
+        &mut out,
+    ]
+    .map(|buffer| buffer.address());
+    let [q_ptr, k_ptr, v_ptr, seq_ptr, tables_ptr, parents_ptr, out_ptr] = &mut pointers;
+    let mut scale = scale;
+    let [mut n_sequences, mut block_size_arg, mut n_heads, mut n_kv_heads, mut heads_per_block] =
+        [sequences.len(), block_size, n_heads, n_kv_heads, heads_per_block].map(|v| v as u32);
+    let shape = LaunchShape {
+        grid: [tiles as u32, n_kv_heads * chunks as u32, 1],
+        block: [128, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
+    run(
+        "attention_prefill",
+        shape,
+        &mut [
+            ptr(q_ptr),
+            ptr(k_ptr),
+            ptr(v_ptr),
+            ptr(seq_ptr),
+            ptr(&mut n_sequences),
+            ptr(tables_ptr),
+            ptr(parents_ptr),
+            ptr(&mut block_size_arg),
+            ptr(&mut n_heads),
+            ptr(&mut n_kv_heads),
+            ptr(&mut scale),
+            ptr(&mut heads_per_block),
+            ptr(out_ptr),
+        ],
+    );
+    check(&format!("attention_prefill {label}"), &out.floats(case.q.len()), &case.want, PREFILL_TOLERANCE);
+}
+
+static TREE: [u32; 6] = [TREE_ROOT, 0, 0, 1, TREE_ROOT, 4];
+
+/// The device test's sequences of every mask (a fresh causal prompt, a decode row, a
+/// bidirectional chunk, a tree of 6 nodes, a sequence without new tokens, three rows after a
+/// longer context), in blocks of 4, the longer context 200 keys instead of 700. Groups of 4, 1, 2
+/// and 3 query heads; heads of 30 take float loads and write no int8 copy, heads of 256 take
+/// `attention_dim512`. The host's split count, and unsplit.
+#[test]
+fn decode_attention_matches_cpu_for_every_mask() {
+    let mut rng = Rng::new(81);
+    let sequences = [
+        Sequence { n_past: 0, n_new: 7, mask: Mask::Causal, table: vec![3, 0] },
+        Sequence { n_past: 37, n_new: 1, mask: Mask::Causal, table: (4..14).rev().collect() },
+        Sequence { n_past: 5, n_new: 4, mask: Mask::Bidirectional, table: vec![14, 1, 2] },
+        Sequence { n_past: 9, n_new: 6, mask: Mask::Tree(&TREE), table: vec![15, 16, 17, 18] },
+        Sequence { n_past: 3, n_new: 0, mask: Mask::Causal, table: vec![19] },
+        Sequence { n_past: 200, n_new: 3, mask: Mask::Causal, table: (20..71).rev().collect() },
+    ];
+    let layout = layout_of(4, &sequences);
+    for heads in [(8, 2, 128), (4, 4, 64), (2, 1, 256), (3, 1, 30)] {
+        let case = Case::new(&layout, heads, &mut rng);
+        let label = format!("{} rows, heads {}/{} of {}", layout.n_rows(), heads.0, heads.1, heads.2);
+        decode(&label, &sequences, 4, &case, None);
+        decode(&label, &sequences, 4, &case, Some(1));
+    }
+}
+
+/// One decode row over 701 keys in blocks of 16, split the host's way (64 blocks a task: 22 of
+/// them used with heads of up to 128, each a tile of 32 keys; with heads of 512, whose tiles hold
+/// 7 keys, all 64, some with one tile and some with two) and 5 ways; and over 101 keys, fewer
+/// tiles than the 5 splits for heads of up to 128. Groups of 4 and 2, of 9 cut into blocks of 5
+/// and 4 heads, and 8 heads of 512 dimensions. The device test's 5000 keys take too long here.
+#[test]
+fn decode_attention_splits_long_rows() {
+    let mut rng = Rng::new(82);
+    let block_size = 16;
+    for n_past in [700usize, 100] {
+        let table: Vec<u32> = (0..(n_past + 1).div_ceil(block_size) as u32).rev().collect();
+        let sequences = [Sequence { n_past, n_new: 1, mask: Mask::Causal, table }];
+        let layout = layout_of(block_size, &sequences);
+        for heads in [(32, 8, 128), (16, 8, 128), (18, 2, 64), (8, 1, 512)] {
+            let case = Case::new(&layout, heads, &mut rng);
+            let label = format!("1 row after {n_past}, heads {}/{} of {}", heads.0, heads.1, heads.2);
+            decode(&label, &sequences, block_size, &case, None);
+            decode(&label, &sequences, block_size, &case, Some(5));
+        }
+    }
+}
+
+/// Prefill rows in tiles of 16 that end mid-sequence: a causal prompt of 18 rows, a chunk of 10
+/// after 70 cached keys (two tiles of 64 keys, seen in part), a tree of 6 nodes and a
+/// bidirectional chunk; groups of 4 query heads over 2 KV heads, and of 8 (two blocks of 4).
+/// Smaller than the device test's 77 and 300 + 64 rows, which the warp-shuffle mma fallback
+/// makes slow here.
+#[test]
+fn prefill_attention_matches_cpu() {
+    let mut rng = Rng::new(83);
+    let sequences = [
+        Sequence { n_past: 0, n_new: 18, mask: Mask::Causal, table: vec![3, 0] },
+        Sequence { n_past: 70, n_new: 10, mask: Mask::Causal, table: (4..10).rev().collect() },
+        Sequence { n_past: 9, n_new: 6, mask: Mask::Tree(&TREE), table: vec![10, 11] },
+        Sequence { n_past: 5, n_new: 4, mask: Mask::Bidirectional, table: vec![12] },
+    ];
+    let block_size = 16;
+    let layout = layout_of(block_size, &sequences);
+    for heads in [(8, 2, 128), (8, 1, 128)] {
+        let case = Case::new(&layout, heads, &mut rng);
+        let label = format!("{} rows, heads {}/{} of 128", layout.n_rows(), heads.0, heads.1);
+        prefill(&label, &sequences, block_size, &case);
+    }
+}
