@@ -399,3 +399,68 @@ MATVEC_Q8_KERNELS(q6_k, FMT_Q6_K, 5)
     }
 
 MATVEC_Q8_MIXED_KERNEL(matvec_q8_decode_q4_k_q6_k, FMT_Q4_K, FMT_Q6_K)
+
+// A decode step's gate and up projections (projections 0 and 1, the same shape, four rows a
+// block) that finish SwiGLU themselves, which saves the swiglu_q8 launch. The rows are counted in
+// chunks of Q8_BLOCK: the last of a chunk's blocks to finish (eight of gate, eight of up, counted
+// in `arrivals`) computes act = silu(gate) * up for the chunk, with its int8 copy for the down
+// projection, and sets the counter back to zero. Rows are whole chunks.
+struct SwigluTarget {
+    float *act;
+    u8 *q;
+    float2 *q_scales;
+    u32 *arrivals;
+};
+
+#define SWIGLU_ARRIVALS (2 * Q8_BLOCK / 4)
+
+template <int FMT>
+__device__ void matvec_q8_swiglu(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
+                                 const SwigluTarget &target) {
+    matvec_q8<FMT, 4, 1>(x_q, x_scales, projections, cols, 1);
+    // store_block_sums ended with a barrier, and warp 0's first lanes stored the block's rows:
+    // the other warps have nothing left to do.
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (threadIdx.x >= WARP_SIZE) {
+        return;
+    }
+    const u32 chunk = projection_of(projections, blockIdx.x).block * 4 / Q8_BLOCK;
+    // The stored rows reach the device before the block is counted.
+    __threadfence();
+    __syncwarp();
+    u32 arrived = 0;
+    if (lane == 0) {
+        arrived = atomicAdd(&target.arrivals[chunk], 1u);
+    }
+    if (__shfl_sync(FULL_MASK, arrived, 0) != SWIGLU_ARRIVALS - 1) {
+        return;
+    }
+    __threadfence();
+    const u32 row = chunk * Q8_BLOCK + lane;
+    // Past L1, which may hold none of the other blocks' rows.
+    const float g = __ldcg(projections.out[0] + row);
+    const float u = __ldcg(projections.out[1] + row);
+    const float v = g / (1.0f + expf(-g)) * u;
+    target.act[row] = v;
+    // The chunk is one block of the int8 copy, rounded as store_q8_quad rounds.
+    const float amax = warp_max(fabsf(v));
+    const float sum = warp_sum(v);
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    target.q[row] = (u8)(__float2int_rn(v * inverse) & 0xff);
+    if (lane == 0) {
+        target.q_scales[chunk] = make_float2(amax / 127.0f, sum);
+        target.arrivals[chunk] = 0;
+    }
+}
+
+#define MATVEC_Q8_SWIGLU_KERNEL(SUFFIX, FMT, MIN_BLOCKS)                                            \
+    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, MIN_BLOCKS)               \
+        matvec_q8_swiglu_##SUFFIX(const u8 *x_q, const float2 *x_scales, const Projections projections, \
+                                  u32 cols, const SwigluTarget target) {                           \
+        matvec_q8_swiglu<FMT>(x_q, x_scales, projections, cols, target);                            \
+    }
+
+MATVEC_Q8_SWIGLU_KERNEL(q8_0, FMT_Q8_0, 8)
+MATVEC_Q8_SWIGLU_KERNEL(q4_k, FMT_Q4_K, 8)
+MATVEC_Q8_SWIGLU_KERNEL(q5_k, FMT_Q5_K, 5)
+MATVEC_Q8_SWIGLU_KERNEL(q6_k, FMT_Q6_K, 5)

@@ -155,11 +155,7 @@ pub(super) fn attention(
     let halves = quantize && backend.writes_halves(batch.n_rows());
     if quantize {
         let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
-        launch.arg(values).arg(scales);
-        match halves {
-            Some(halves) => launch.arg(halves),
-            None => launch.arg(&0u64),
-        };
+        launch.arg(values).arg(scales).arg(halves);
     } else {
         copy.invalidate();
         launch.arg(&0u64).arg(&0u64).arg(&0u64);

@@ -57,11 +57,7 @@ pub(super) fn swiglu(
     let mut launch = device.launch(OP, "swiglu_q8")?;
     launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&mut out.buf);
     let (values, scales, halves_buffer) = copy.buffers(device, OP, len, halves)?;
-    launch.arg(values).arg(scales);
-    match halves_buffer {
-        Some(buffer) => launch.arg(buffer),
-        None => launch.arg(&0u64),
-    };
+    launch.arg(values).arg(scales).arg(halves_buffer);
     // SAFETY: the shape check guarantees every buffer holds `len` elements, a whole number of
     // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block; the
     // f16 copy, when asked for, a half per value, else the kernel gets null).

@@ -130,6 +130,16 @@ impl<'a, T> KernelArg<'a> for &'a mut CudaSlice<T> {
     }
 }
 
+/// An optional buffer: its address, or null when absent (the kernel then skips that output).
+impl<'a, T> KernelArg<'a> for Option<&'a mut CudaSlice<T>> {
+    fn push(self, launch: &mut Launch<'a>) {
+        match self {
+            Some(buffer) => buffer.push(launch),
+            None => launch.address(0),
+        }
+    }
+}
+
 impl<'a, 'b, T> KernelArg<'a> for &'a mut CudaViewMut<'b, T> {
     fn push(self, launch: &mut Launch<'a>) {
         let (address, _) = self.device_ptr_mut(&launch.device.stream);

@@ -12,7 +12,7 @@
 
 use std::sync::PoisonError;
 
-use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 
 use super::context::{Device, driver, per_element, to_u32};
 use super::memory::{CudaTensor, CudaWeight, Q8_BLOCK};
@@ -194,39 +194,16 @@ fn quantized_matmuls(
             })?)
         }
         _ => {
-            let (values, scales) = quantized.int8(device, OP, validity, |values, scales| {
-                let n_blocks = to_u32(OP, "activation blocks", n_values / Q8_BLOCK)?;
-                let mut launch = device.launch(OP, "quantize_q8")?;
-                launch.arg(&x.buf).arg(&n_blocks).arg(values).arg(scales);
-                // SAFETY: `x` holds n_rows * cols floats, cols a multiple of 32 (whole quant
-                // blocks); the copy holds one byte per value and two floats per block.
-                unsafe { launch.launch(per_element(OP, n_values / Q8_BLOCK * LANES_PER_Q8_BLOCK)?) }
-                    .map_err(driver(OP))
-            })?;
+            let (values, scales) = quantized
+                .int8(device, OP, validity, |values, scales| quantize(device, x, n_values, values, scales))?;
             MmqInput::Int8(values, scales)
         }
     };
 
-    let count = group.len();
-    let mut projections = Projections { count: to_u32(OP, "projections", count)?, ..Projections::default() };
-    let mut blocks = 0u32;
-    let mut guards = Vec::with_capacity(2 * count);
-    for (p, (weight, out)) in group.iter_mut().enumerate() {
-        projections.first_block[p] = blocks;
-        let (weight_ptr, weight_guard) = weight.bytes.device_ptr(&device.stream);
-        let (out_ptr, out_guard) = out.buf.device_ptr_mut(&device.stream);
-        guards.extend([weight_guard, out_guard]);
-        projections.weight[p] = weight_ptr;
-        projections.out[p] = out_ptr;
-        projections.row_bytes[p] = weight.row_bytes as u64;
-        projections.rows[p] = to_u32(OP, "weight rows", weight.rows)?;
-        // The second type of a mixed group takes two rows a block (matvec_quant.cu).
-        let rows_per_block = if second.is_some_and(|second| p >= second) { 2 } else { rows_per_block };
-        blocks = blocks
-            .checked_add(to_u32(OP, "weight row blocks", weight.rows.div_ceil(rows_per_block))?)
-            .ok_or_else(|| BackendError::shape(OP, "more weight row blocks than a grid holds"))?;
-    }
-    projections.first_block[count..].fill(blocks);
+    // The second type of a mixed group takes two rows a block (matvec_quant.cu).
+    let (projections, blocks) = Projections::table(device, group, |p| {
+        if second.is_some_and(|second| p >= second) { 2 } else { rows_per_block }
+    })?;
     if blocks == 0 {
         return Ok(());
     }
@@ -263,9 +240,57 @@ fn quantized_matmuls(
         // two rows a block as that branch computes them.
         unsafe { launch.launch(config) }.map_err(driver(OP))?;
     }
-    // The guards kept every pointer's buffer borrowed until the launch was queued.
-    drop(guards);
     Ok(())
+}
+
+/// Rounds the first `n_values` of `x` (whole rows of whole blocks of 32) into its int8 copy.
+pub(super) fn quantize(
+    device: &Device,
+    x: &CudaTensor,
+    n_values: usize,
+    values: &mut CudaSlice<u8>,
+    scales: &mut CudaSlice<f32>,
+) -> Result<(), BackendError> {
+    let n_blocks = to_u32(OP, "activation blocks", n_values / Q8_BLOCK)?;
+    let mut launch = device.launch(OP, "quantize_q8")?;
+    launch.arg(&x.buf).arg(&n_blocks).arg(values).arg(scales);
+    // SAFETY: the callers pass n_values within `x`, a whole number of blocks; the copy holds one
+    // byte per value and two floats per block.
+    unsafe { launch.launch(per_element(OP, n_values / Q8_BLOCK * LANES_PER_Q8_BLOCK)?) }.map_err(driver(OP))
+}
+
+impl Projections {
+    /// The table of `group`'s weights and outputs, projection p taking `rows_per_block(p)` rows a
+    /// block, and the number of blocks.
+    pub fn table(
+        device: &Device,
+        group: &mut [(&CudaWeight, &mut CudaTensor)],
+        rows_per_block: impl Fn(usize) -> usize,
+    ) -> Result<(Self, u32), BackendError> {
+        let count = group.len();
+        if count > MAX_PROJECTIONS {
+            return Err(BackendError::shape(OP, format!("{count} projections in one launch")));
+        }
+        let mut projections =
+            Projections { count: to_u32(OP, "projections", count)?, ..Projections::default() };
+        let mut blocks = 0u32;
+        for (p, (weight, out)) in group.iter_mut().enumerate() {
+            projections.first_block[p] = blocks;
+            // The backend's context tracks no events, so the guards hold nothing; the launch that
+            // takes the table borrows the buffers.
+            let (weight_ptr, _) = weight.bytes.device_ptr(&device.stream);
+            let (out_ptr, _) = out.buf.device_ptr_mut(&device.stream);
+            projections.weight[p] = weight_ptr;
+            projections.out[p] = out_ptr;
+            projections.row_bytes[p] = weight.row_bytes as u64;
+            projections.rows[p] = to_u32(OP, "weight rows", weight.rows)?;
+            blocks = blocks
+                .checked_add(to_u32(OP, "weight row blocks", weight.rows.div_ceil(rows_per_block(p)))?)
+                .ok_or_else(|| BackendError::shape(OP, "more weight row blocks than a grid holds"))?;
+        }
+        projections.first_block[count..].fill(blocks);
+        Ok((projections, blocks))
+    }
 }
 
 /// One element-wise weight (F32, F16, BF16) by the float kernels.

@@ -234,3 +234,26 @@ impl<T: DeviceRepr> ScratchBuffer<T> {
         self.current.as_mut().ok_or_else(|| device_error(op, "no scratch buffer after allocation"))
     }
 }
+
+/// A grow-only buffer of counters that is zero when allocated; the kernels leave it zero. Like
+/// [`ScratchBuffer`], it retires rather than frees what it outgrows, which recorded graphs may use.
+#[derive(Default)]
+pub(super) struct Counters {
+    current: Option<CudaSlice<u32>>,
+    retired: Vec<CudaSlice<u32>>,
+}
+
+impl Counters {
+    pub fn at_least(
+        &mut self,
+        device: &Device,
+        op: &'static str,
+        len: usize,
+    ) -> Result<&mut CudaSlice<u32>, BackendError> {
+        if self.current.as_ref().is_none_or(|buf| buf.len() < len) {
+            let larger = device.stream.alloc_zeros::<u32>(len.max(1)).map_err(driver(op))?;
+            self.retired.extend(self.current.replace(larger));
+        }
+        self.current.as_mut().ok_or_else(|| device_error(op, "no counters after allocation"))
+    }
+}

@@ -17,9 +17,9 @@ use std::sync::{Mutex, PoisonError};
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-use super::context::{Device, device_error, driver, rows_from_env, to_u32};
+use super::context::{Device, driver, rows_from_env, to_u32};
 use super::matmul::Projections;
-use super::memory::ScratchBuffer;
+use super::memory::{Counters, ScratchBuffer};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -66,24 +66,6 @@ struct SplitScratch {
     arrivals: Counters,
 }
 
-/// A grow-only buffer of counters that is zero when allocated; the kernels leave it zero. Like
-/// [`ScratchBuffer`], it retires rather than frees what it outgrows, which recorded graphs may use.
-#[derive(Default)]
-struct Counters {
-    current: Option<CudaSlice<u32>>,
-    retired: Vec<CudaSlice<u32>>,
-}
-
-impl Counters {
-    fn at_least(&mut self, device: &Device, len: usize) -> Result<&mut CudaSlice<u32>, BackendError> {
-        if self.current.as_ref().is_none_or(|buf| buf.len() < len) {
-            let larger = device.stream.alloc_zeros::<u32>(len.max(1)).map_err(driver(OP))?;
-            self.retired.extend(self.current.replace(larger));
-        }
-        self.current.as_mut().ok_or_else(|| device_error(OP, "no counters after allocation"))
-    }
-}
-
 impl Mmq {
     /// The kernels for `device`, or `None` before sm_80 (no int8 mma.sync or cp.async). Batches of
     /// `$CANOPY_CUDA_MMQ_MIN_ROWS` rows (when set to a positive number, for tuning; above 64 it
@@ -115,8 +97,8 @@ impl Mmq {
     }
 
     /// `out = x · weightᵀ` for the projections (their blocks of [`TILE_ROWS`] rows numbered
-    /// consecutively, `tiles` in all), shapes checked by the caller. `values` and `scales` are
-    /// `x` rounded by `quantize_q8`.
+    /// consecutively, `tiles` in all), shapes checked by the caller. `input` is `x`'s int8 copy
+    /// (`quantize_q8`) or, for the f16 kernels ([`Self::takes_halves`]), its f16 copy.
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
@@ -146,7 +128,7 @@ impl Mmq {
         let (partials_len, arrivals_len) =
             if splits > 1 { (tiles as usize * splits * TILE_ROWS * tile, tiles as usize) } else { (1, 1) };
         let partials = partials.at_least(device, OP, partials_len)?;
-        let arrivals = arrivals.at_least(device, arrivals_len)?;
+        let arrivals = arrivals.at_least(device, OP, arrivals_len)?;
 
         let config = LaunchConfig {
             grid_dim: (tiles, to_u32(OP, "K splits", splits)?, 1),

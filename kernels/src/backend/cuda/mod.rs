@@ -29,6 +29,7 @@ mod compile;
 mod context;
 mod elementwise;
 mod error;
+mod fused;
 mod gemm;
 mod graph;
 mod launch;
@@ -64,6 +65,7 @@ use crate::quant::GgmlType;
 use attention::SplitAttention;
 use attention_prefill::PrefillAttention;
 use context::Device;
+use fused::FusedSwiglu;
 use gemm::Gemm;
 use memory::ScratchBuffer;
 use mmq::Mmq;
@@ -76,6 +78,8 @@ pub struct CudaBackend {
     gemm: Option<Gemm>,
     /// The smallest batch that takes the GEMM.
     gemm_min_rows: usize,
+    /// Decode-step gate and up projections that finish SwiGLU themselves.
+    fused_swiglu: FusedSwiglu,
     /// Tensor-core int8 kernels for verify-sized batches of block-quantized weights; absent
     /// before sm_80.
     mmq: Option<Mmq>,
@@ -104,6 +108,7 @@ impl CudaBackend {
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
             mmq,
+            fused_swiglu: FusedSwiglu::new(),
             split_attention,
             argmax_ids: Mutex::default(),
             prefill_attention,
@@ -364,9 +369,25 @@ impl Backend for CudaBackend {
         act: &mut CudaTensor,
     ) -> Result<(), BackendError> {
         let len = shape::swiglu_matmuls(x, n_rows, (gate_weight, &*gate), (up_weight, &*up), &*act)?;
+        for tensor in [&mut *gate, &mut *up, &mut *act] {
+            tensor.invalidate_quantized();
+        }
+        if n_rows == 1 {
+            let epoch = self.epoch.load(Ordering::Relaxed);
+            let fused = self.fused_swiglu.launch(
+                &self.device,
+                epoch,
+                x,
+                (gate_weight, &mut *gate),
+                (up_weight, &mut *up),
+                act,
+            )?;
+            if fused {
+                return Ok(());
+            }
+        }
         self.matmuls(x, n_rows, &mut [(gate_weight, &mut *gate), (up_weight, &mut *up)])?;
         // Here the batch's rows are known: the down projection's input gets its f16 copy.
-        act.invalidate_quantized();
         elementwise::swiglu(self, gate, up, len, self.writes_halves(n_rows), act)
     }
 

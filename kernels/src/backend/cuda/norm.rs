@@ -95,11 +95,7 @@ pub(super) fn rms_norm(
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
         let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
-        launch.arg(values).arg(scales);
-        match halves {
-            Some(halves) => launch.arg(halves),
-            None => launch.arg(&0u64),
-        };
+        launch.arg(values).arg(scales).arg(halves);
     }
     // SAFETY: the shape check guarantees `n_rows` rows in `x` and `out`; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
@@ -143,11 +139,7 @@ pub(super) fn add_rms_norm(
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
         let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
-        launch.arg(values).arg(scales);
-        match halves {
-            Some(halves) => launch.arg(halves),
-            None => launch.arg(&0u64),
-        };
+        launch.arg(values).arg(scales).arg(halves);
     }
     // SAFETY: the shape check guarantees `n_rows` rows in every buffer; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
