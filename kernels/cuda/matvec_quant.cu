@@ -404,7 +404,7 @@ MATVEC_Q8_MIXED_KERNEL(matvec_q8_decode_q4_k_q6_k, FMT_Q4_K, FMT_Q6_K)
 // block) that finish SwiGLU themselves, which saves the swiglu_q8 launch. The rows are counted in
 // chunks of Q8_BLOCK: the last of a chunk's blocks to finish (eight of gate, eight of up, counted
 // in `arrivals`) computes act = silu(gate) * up for the chunk, with its int8 copy for the down
-// projection, and sets the counter back to zero. Rows are whole chunks.
+// projection, and sets the counter back to zero. Rows are whole chunks; one input row.
 struct SwigluTarget {
     float *act;
     u8 *q;
@@ -416,8 +416,10 @@ struct SwigluTarget {
 
 template <int FMT>
 __device__ void matvec_q8_swiglu(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
-                                 const SwigluTarget &target) {
-    matvec_q8<FMT, 4, 1>(x_q, x_scales, projections, cols, 1);
+                                 u32 n_rows, const SwigluTarget &target) {
+    // n_rows is 1 (the launcher's), but as a constant it lets the compiler shape the row loop
+    // differently, and the kernel then spills at the decode kernels' register bound.
+    matvec_q8<FMT, 4, 1>(x_q, x_scales, projections, cols, n_rows);
     // store_block_sums ended with a barrier, and warp 0's first lanes stored the block's rows:
     // the other warps have nothing left to do.
     const int lane = threadIdx.x % WARP_SIZE;
@@ -456,8 +458,8 @@ __device__ void matvec_q8_swiglu(const u8 *x_q, const float2 *x_scales, const Pr
 #define MATVEC_Q8_SWIGLU_KERNEL(SUFFIX, FMT, MIN_BLOCKS)                                            \
     extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, MIN_BLOCKS)               \
         matvec_q8_swiglu_##SUFFIX(const u8 *x_q, const float2 *x_scales, const Projections projections, \
-                                  u32 cols, const SwigluTarget target) {                           \
-        matvec_q8_swiglu<FMT>(x_q, x_scales, projections, cols, target);                            \
+                                  u32 cols, u32 n_rows, const SwigluTarget target) {               \
+        matvec_q8_swiglu<FMT>(x_q, x_scales, projections, cols, n_rows, target);                    \
     }
 
 MATVEC_Q8_SWIGLU_KERNEL(q8_0, FMT_Q8_0, 8)

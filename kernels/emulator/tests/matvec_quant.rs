@@ -152,7 +152,7 @@ fn fused_swiglu_decode_matches_cpu() {
         };
         let (mut q, mut scales) = (copy.values.address(), copy.scales.address());
         let mut projections_arg = Projections { ..projections };
-        let mut cols_arg = cols as u32;
+        let (mut cols_arg, mut n_rows) = (cols as u32, 1u32);
         let kernel = kernel(ty, 1).replace("decode", "swiglu");
         run(
             &kernel,
@@ -162,6 +162,7 @@ fn fused_swiglu_decode_matches_cpu() {
                 ptr(&mut scales),
                 ptr(&mut projections_arg),
                 ptr(&mut cols_arg),
+                ptr(&mut n_rows),
                 ptr(&mut target),
             ],
         );

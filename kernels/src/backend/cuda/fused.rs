@@ -82,11 +82,11 @@ impl FusedSwiglu {
             q_scales: act_scales.device_ptr_mut(&device.stream).0,
             arrivals: arrivals.device_ptr_mut(&device.stream).0,
         };
-        let cols_u32 = to_u32(OP, "weight cols", cols)?;
+        let (cols_u32, n_rows) = (to_u32(OP, "weight cols", cols)?, 1u32);
         let config =
             LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut launch = device.launch(OP, kernel)?;
-        launch.arg(values).arg(scales).value(&projections).arg(&cols_u32).value(&target);
+        launch.arg(values).arg(scales).value(&projections).arg(&cols_u32).arg(&n_rows).value(&target);
         // SAFETY: the copy holds `x` quantized (cols values, whole blocks); the weights hold
         // `rows * row_bytes` bytes in the layout of layout.rs and gate, up and act `rows` floats
         // (shape-checked), rows whole chunks of 32 with one zero counter each; act's copy holds a
