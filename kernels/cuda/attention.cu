@@ -52,7 +52,7 @@
 struct KeyRange {
     const u32 *table;
     const u32 *parents;
-    u32 block_size;
+    FastDivisor block_size;
     u32 n_past;
     u32 n_new;
     // The row's index among its sequence's new tokens.
@@ -90,7 +90,7 @@ struct Tiles {
 // The keys that query row `i` of sequence `seq` (its index among the sequence's new tokens) sees,
 // for the KV head whose elements start at kv_offset in each pool row.
 __device__ KeyRange keys_of_row(const u32 *seq, const u32 *block_tables, const u32 *tree_parents,
-                                 u32 block_size, u32 i, size_t kv_row_len, size_t kv_offset) {
+                                 FastDivisor block_size, u32 i, size_t kv_row_len, size_t kv_offset) {
     KeyRange keys;
     keys.table = block_tables + seq[3];
     keys.parents = tree_parents + seq[0];
@@ -126,14 +126,19 @@ __device__ bool row_sees(const KeyRange &keys, u32 p) {
            tree_sees(keys.parents, keys.n_new, keys.i, p - keys.n_past);
 }
 
+// The pool slot of position p of a sequence whose block table is `table`.
+__device__ __forceinline__ size_t pool_slot(const u32 *table, u32 p, FastDivisor block_size) {
+    const u32 block = fast_divide(p, block_size);
+    return (size_t)table[block] * block_size.divisor + (p - block * block_size.divisor);
+}
+
 // The offset in the pools of key p's row for the block's KV head, if the row sees key p. Keys
 // it does not see may lie past the sequence's block table, so they have no offset.
 __device__ bool key_offset(const KeyRange &keys, u32 p, size_t *at) {
     if (!row_sees(keys, p)) {
         return false;
     }
-    const size_t slot = (size_t)keys.table[p / keys.block_size] * keys.block_size + p % keys.block_size;
-    *at = slot * keys.kv_row_len + keys.kv_offset;
+    *at = pool_slot(keys.table, p, keys.block_size) * keys.kv_row_len + keys.kv_offset;
     return true;
 }
 
@@ -147,21 +152,40 @@ struct TileShare {
     E v[TILE_LOADS];
 };
 
-// Loads this thread's share of the tile of n_keys keys from position first_key. The loads do not
-// wait on one another, and consecutive threads read consecutive elements of a row. Rows the row
-// does not see are zeros.
-template <typename E>
-__device__ void fetch_tile(TileShare<E> &share, const float *k_pool, const float *v_pool,
-                           const KeyRange &keys, u32 first_key, u32 n_keys, u32 row_len) {
+// Where a thread's elements lie in every tile: element j is column `col` of key row `key` of the
+// tile (a row of the tile while key < n_keys), packed as key << 16 | col. The same in every tile,
+// so the divisions are done once a block, and packed they cost the tile loop 4 registers.
+struct TileSlots {
+    u32 packed[TILE_LOADS];
+    __device__ u32 key(int j) const { return packed[j] >> 16; }
+    __device__ u32 col(int j) const { return packed[j] & 0xffffu; }
+};
+
+// Rows are at most MAX_HEAD_DIM elements and tiles at most WARP_SIZE keys, far below 2^16.
+__device__ TileSlots tile_slots(u32 row_len) {
+    TileSlots slots;
 #pragma unroll
     for (int j = 0; j < TILE_LOADS; ++j) {
         const u32 e = threadIdx.x + j * blockDim.x;
+        slots.packed[j] = (e / row_len) << 16 | e % row_len;
+    }
+    return slots;
+}
+
+// Loads this thread's share of the tile from position first_key. The loads do not wait on one
+// another, and consecutive threads read consecutive elements of a row. Rows the row does not see
+// are zeros.
+template <typename E>
+__device__ void fetch_tile(TileShare<E> &share, const float *k_pool, const float *v_pool,
+                           const KeyRange &keys, u32 first_key, u32 n_keys, const TileSlots &slots) {
+#pragma unroll
+    for (int j = 0; j < TILE_LOADS; ++j) {
         share.k[j] = E{};
         share.v[j] = E{};
         size_t at = 0;
-        if (e < n_keys * row_len && key_offset(keys, first_key + e / row_len, &at)) {
-            share.k[j] = ((const E *)(k_pool + at))[e % row_len];
-            share.v[j] = ((const E *)(v_pool + at))[e % row_len];
+        if (slots.key(j) < n_keys && key_offset(keys, first_key + slots.key(j), &at)) {
+            share.k[j] = ((const E *)(k_pool + at))[slots.col(j)];
+            share.v[j] = ((const E *)(v_pool + at))[slots.col(j)];
         }
     }
 }
@@ -169,14 +193,13 @@ __device__ void fetch_tile(TileShare<E> &share, const float *k_pool, const float
 // Stores this thread's share of a tile in shared memory: key rows key_stride elements apart,
 // value rows packed.
 template <typename E>
-__device__ void store_tile(const TileShare<E> &share, u32 n_keys, u32 row_len, u32 key_stride, E *k_tile,
-                           E *v_tile) {
+__device__ void store_tile(const TileShare<E> &share, const TileSlots &slots, u32 n_keys, u32 key_stride,
+                           E *k_tile, E *v_tile) {
 #pragma unroll
     for (int j = 0; j < TILE_LOADS; ++j) {
-        const u32 e = threadIdx.x + j * blockDim.x;
-        if (e < n_keys * row_len) {
-            k_tile[e / row_len * key_stride + e % row_len] = share.k[j];
-            v_tile[e] = share.v[j];
+        if (slots.key(j) < n_keys) {
+            k_tile[slots.key(j) * key_stride + slots.col(j)] = share.k[j];
+            v_tile[threadIdx.x + j * blockDim.x] = share.v[j];
         }
     }
 }
@@ -257,10 +280,11 @@ __device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const f
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 row_len = tiles.head_dim * sizeof(float) / sizeof(E);
     const u32 key_stride = tiles.key_stride * sizeof(float) / sizeof(E);
+    const TileSlots slots = tile_slots(row_len);
     TileShare<E> share;
     const bool committed = first_tile < last_tile && (first_tile + 1) * tiles.n_keys <= keys.n_past;
     if (committed) {
-        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, row_len);
+        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, slots);
     }
     wait_for_previous_kernel();
     if (decode_batch) {
@@ -270,15 +294,15 @@ __device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const f
         tiles.q_rows[x] = q_chunk[x];
     }
     if (!committed && first_tile < last_tile) {
-        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, row_len);
+        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, slots);
     }
     for (u32 tile = first_tile; tile < last_tile; ++tile) {
         // The warps are done with the previous tile (and, the first time, the queries are written).
         __syncthreads();
-        store_tile(share, tiles.n_keys, row_len, key_stride, (E *)tiles.k_rows, (E *)tiles.v_rows);
+        store_tile(share, slots, tiles.n_keys, key_stride, (E *)tiles.k_rows, (E *)tiles.v_rows);
         __syncthreads();
         if (tile + 1 < last_tile) {
-            fetch_tile(share, k_pool, v_pool, keys, (tile + 1) * tiles.n_keys, tiles.n_keys, row_len);
+            fetch_tile(share, k_pool, v_pool, keys, (tile + 1) * tiles.n_keys, tiles.n_keys, slots);
         }
         if (warp < block_heads) {
             attend_tile(state, tiles.q_rows + warp * tiles.head_dim, tiles, keys, tile * tiles.n_keys, scale);
@@ -398,7 +422,7 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
 // int8 copy, or NULL when head_dim is no multiple of Q8_BLOCK; `out_halves` its f16 copy, or NULL.
 #define ATTENTION_PARAMS                                                                               \
     const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,    \
-        const u32 *block_tables, const u32 *tree_parents, u32 block_size, u32 n_rows, u32 n_heads,       \
+        const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_rows, u32 n_heads, \
         u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 tile_keys, u32 key_stride,  \
         u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q, float2 *out_scales,        \
         u16 *out_halves
@@ -568,7 +592,7 @@ __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
 // by rows / PREFILL_ROWS + sequences), and blocks past it leave.
 extern "C" __global__ void __launch_bounds__(PREFILL_WARPS *WARP_SIZE)
     attention_prefill(const float *q, const float *k_pool, const float *v_pool, const u32 *sequences,
-                      u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, u32 block_size,
+                      u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
                       u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, float *out) {
     wait_for_previous_kernel();
     __shared__ __align__(16) __half k_tile[PREFILL_KEYS * PREFILL_K_STRIDE];
@@ -649,9 +673,7 @@ extern "C" __global__ void __launch_bounds__(PREFILL_WARPS *WARP_SIZE)
             float4 k = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             float4 v = k;
             if (p < block_keys.end) {
-                const size_t slot =
-                    (size_t)block_keys.table[p / block_size] * block_size + p % block_size;
-                const size_t at = slot * kv_row_len + kv_offset + d;
+                const size_t at = pool_slot(block_keys.table, p, block_size) * kv_row_len + kv_offset + d;
                 k = *(const float4 *)(k_pool + at);
                 v = *(const float4 *)(v_pool + at);
             }

@@ -102,6 +102,17 @@ __device__ float block_max(float v) {
     return warp_max(lane < n_warps ? partial[lane] : -INFINITY);
 }
 
+// Division by a divisor fixed for a launch, without the dozen-instruction sequence of an integer
+// division: for n < 2^31, n / divisor = (umulhi(n, multiplier) + n) >> shift, with multiplier
+// and shift chosen on the host (divisor.rs, after Granlund and Montgomery).
+struct FastDivisor {
+    u32 divisor;
+    u32 multiplier;
+    u32 shift;
+};
+
+__device__ __forceinline__ u32 fast_divide(u32 n, FastDivisor d) { return (__umulhi(n, d.multiplier) + n) >> d.shift; }
+
 // D += A B on the tensor cores, f16 inputs and f32 accumulators (mma.m16n8k16; used by the
 // prefill attention and mmq_f16.cu). Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"
 // with .f16), g = lane / 4, t = lane % 4: A (16 x 16, row-major) a0 = (g, 2t..2t+1), a1 = (g + 8,

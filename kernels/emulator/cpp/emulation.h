@@ -179,6 +179,8 @@ inline unsigned long long max(unsigned long long a, unsigned long long b) { retu
 inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
 inline float max(float a, float b) { return fmaxf(a, b); }
 
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+
 // Byte-wise integer intrinsics.
 inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; ++i) {

@@ -17,6 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use cudarc::driver::{CudaSlice, DriverError};
 
 use super::context::{Device, device_error, driver, grid, to_u32};
+use super::divisor::FastDivisor;
 use super::memory::{CudaTensor, Q8_BLOCK};
 use super::{CudaBackend, attention_prefill};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
@@ -107,7 +108,7 @@ pub(super) fn attention(
         heads_per_block * params.head_dim + tile_keys * (key_stride(params.head_dim) + params.head_dim);
     to_u32(OP, "tasks", tasks)?;
     let n_sequences = to_u32(OP, "sequences", batch.n_sequences())?;
-    let block_size = to_u32(OP, "block_size", batch.block_size())?;
+    let block_size = FastDivisor::new(OP, batch.block_size())?;
     let n_rows = to_u32(OP, "rows", batch.n_rows())?;
     let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
@@ -135,7 +136,7 @@ pub(super) fn attention(
         .arg(&n_sequences)
         .arg(&batch.block_tables.buf)
         .arg(&batch.tree_parents.buf)
-        .arg(&block_size)
+        .value(&block_size)
         .arg(&n_rows)
         .arg(&n_heads)
         .arg(&n_kv_heads)

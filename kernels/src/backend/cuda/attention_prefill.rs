@@ -8,6 +8,7 @@ use cudarc::driver::LaunchConfig;
 
 use super::CudaBackend;
 use super::context::{Device, driver, rows_from_env, to_u32};
+use super::divisor::FastDivisor;
 use super::memory::CudaTensor;
 use crate::backend::{AttentionBatch, AttentionParams, BackendError};
 
@@ -67,7 +68,7 @@ pub(super) fn launch(
         shared_mem_bytes: 0,
     };
     let n_sequences = to_u32(OP, "sequences", batch.n_sequences())?;
-    let block_size = to_u32(OP, "block_size", batch.block_size())?;
+    let block_size = FastDivisor::new(OP, batch.block_size())?;
     let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
@@ -80,7 +81,7 @@ pub(super) fn launch(
         .arg(&n_sequences)
         .arg(&batch.block_tables.buf)
         .arg(&batch.tree_parents.buf)
-        .arg(&block_size)
+        .value(&block_size)
         .arg(&n_heads)
         .arg(&n_kv_heads)
         .arg(&params.scale)
