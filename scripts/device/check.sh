@@ -133,16 +133,21 @@ if has bf16; then
 fi
 if has switches; then
     # The switchable paths: matmul parity with each turned off, and same-binary A/Bs of verify
-    # forwards (the f16 mmq kernels against the int8 ones).
-    CANOPY_CUDA_MMQ_F16=0 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 --nocapture matmul \
-        >"$out/parity-mmq-int8.txt" 2>&1
-    echo "parity with CANOPY_CUDA_MMQ_F16=0: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-mmq-int8.txt"
+    # forwards (the f16 mmq kernels against the int8 ones) and of decode (the fused SwiGLU).
+    CANOPY_CUDA_MMQ_F16=0 CANOPY_CUDA_FUSED_DECODE=0 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 \
+        --nocapture matmul >"$out/parity-switched-off.txt" 2>&1
+    echo "matmul parity with both off: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-switched-off.txt"
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     for round in 1 2; do
         for f16 in 1 0; do
             echo "== CANOPY_CUDA_MMQ_F16=$f16 (round $round)"
             CANOPY_CUDA_MMQ_F16=$f16 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 \
                 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "fwd"
+        done
+        for fused in 1 0; do
+            echo "== CANOPY_CUDA_FUSED_DECODE=$fused (round $round)"
+            CANOPY_CUDA_FUSED_DECODE=$fused "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
+                --decode 128 --forward 1 --repetitions 3 2>&1 | grep -E "tg|fwd"
         done
     done | tee "$out/switches.txt"
 fi
