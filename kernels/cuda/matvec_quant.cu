@@ -466,3 +466,96 @@ MATVEC_Q8_SWIGLU_KERNEL(q8_0, FMT_Q8_0, 8)
 MATVEC_Q8_SWIGLU_KERNEL(q4_k, FMT_Q4_K, 8)
 MATVEC_Q8_SWIGLU_KERNEL(q5_k, FMT_Q5_K, 5)
 MATVEC_Q8_SWIGLU_KERNEL(q6_k, FMT_Q6_K, 5)
+
+// A decode step's q, k and v projections (projections 0, 1 and 2; ROWS rows a block of the
+// format it runs) that finish their heads themselves, which saves the attention_inputs launch:
+// the last block to store a row of a head (head_dim / ROWS blocks, counted in `arrivals`, one
+// counter per query, key and value head in that order) normalises and rotates a query or key head
+// (finish_head), storing a key head in the K pool too, or copies a value head to the V pool, and
+// sets the counter back to zero. One input row; head_dim a multiple of four.
+struct HeadTargets {
+    const float *q_norm;
+    const float *k_norm;
+    const u32 *positions;
+    const u32 *slots;
+    float *q;
+    float *k;
+    float *k_pool;
+    float *v_pool;
+    u32 *arrivals;
+    float eps;
+    float theta;
+    u32 pool_rows;
+    u32 n_heads;
+    u32 n_kv_heads;
+    u32 head_dim;
+    u32 rotary_dim;
+    u32 neox;
+};
+
+template <int FMT, int ROWS>
+__device__ void matvec_q8_heads(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols,
+                                u32 n_rows, const HeadTargets &t) {
+    // n_rows is 1; as a kernel parameter, as for matvec_q8_swiglu.
+    matvec_q8<FMT, ROWS, 1>(x_q, x_scales, projections, cols, n_rows);
+    __shared__ float scratch[MAX_FINISHED_HEAD_DIM];
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (threadIdx.x >= WARP_SIZE) {
+        return;
+    }
+    const Projection p = projection_of(projections, blockIdx.x);
+    const u32 index = blockIdx.x >= projections.first_block[2] ? 2 : blockIdx.x >= projections.first_block[1];
+    const u32 head = p.block * ROWS / t.head_dim;
+    const u32 task = head + (index == 0 ? 0 : index == 1 ? t.n_heads : t.n_heads + t.n_kv_heads);
+    __threadfence();
+    __syncwarp();
+    u32 arrived = 0;
+    if (lane == 0) {
+        arrived = atomicAdd(&t.arrivals[task], 1u);
+    }
+    if (__shfl_sync(FULL_MASK, arrived, 0) != t.head_dim / ROWS - 1) {
+        return;
+    }
+    __threadfence();
+    const u32 slot = t.slots[0];
+    const size_t kv_offset = (size_t)slot * t.n_kv_heads * t.head_dim + head * t.head_dim;
+    const float *src = p.out + head * t.head_dim;
+    if (index == 2) {
+        if (slot < t.pool_rows) {
+            for (u32 d = lane; d < t.head_dim; d += WARP_SIZE) {
+                t.v_pool[kv_offset + d] = __ldcg(src + d);
+            }
+        }
+    } else {
+        const HeadRotation rotation = {t.rotary_dim, t.neox != 0, (float)t.positions[0], t.theta};
+        float *pooled = index == 1 && slot < t.pool_rows ? t.k_pool + kv_offset : nullptr;
+        finish_head(src, index == 0 ? t.q_norm : t.k_norm, t.eps, t.head_dim, rotation, scratch,
+                    (index == 0 ? t.q : t.k) + head * t.head_dim, pooled);
+    }
+    if (lane == 0) {
+        t.arrivals[task] = 0;
+    }
+}
+
+#define MATVEC_Q8_HEADS_KERNEL(SUFFIX, FMT, MIN_BLOCKS)                                             \
+    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, MIN_BLOCKS)               \
+        matvec_q8_heads_##SUFFIX(const u8 *x_q, const float2 *x_scales, const Projections projections, \
+                                 u32 cols, u32 n_rows, const HeadTargets targets) {                \
+        matvec_q8_heads<FMT, 4>(x_q, x_scales, projections, cols, n_rows, targets);                  \
+    }
+
+MATVEC_Q8_HEADS_KERNEL(q8_0, FMT_Q8_0, 8)
+MATVEC_Q8_HEADS_KERNEL(q4_k, FMT_Q4_K, 8)
+MATVEC_Q8_HEADS_KERNEL(q5_k, FMT_Q5_K, 5)
+MATVEC_Q8_HEADS_KERNEL(q6_k, FMT_Q6_K, 5)
+
+// Q4_K_M's q and k in Q4_K with v in Q6_K, as matvec_q8_decode_q4_k_q6_k.
+extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, 8)
+    matvec_q8_heads_q4_k_q6_k(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols,
+                              u32 n_rows, const HeadTargets targets) {
+    if (blockIdx.x < projections.first_block[2]) {
+        matvec_q8_heads<FMT_Q4_K, 4>(x_q, x_scales, projections, cols, n_rows, targets);
+    } else {
+        matvec_q8_heads<FMT_Q6_K, 2>(x_q, x_scales, projections, cols, n_rows, targets);
+    }
+}

@@ -270,3 +270,93 @@ fn attention_parity(
     let tolerance = if head_dim == 128 && layout.n_rows() >= 65 { 2e-3 } else { 1e-5 };
     check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), tolerance);
 }
+
+/// `project_attention_inputs` against the CPU: one token takes the fused decode kernels (the
+/// q/k/v launch finishes the heads), for one weight type and for Q4_K_M's Q4_K/Q6_K mix; three
+/// tokens the separate ops. Twice each, so that the fused kernels' arrival counters must be back at
+/// zero. The int8 activations bound the error (the matmul tolerance, carried through the norms).
+#[test]
+fn projected_attention_inputs_match_cpu() {
+    let Some(gpu) = cuda() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = Rng::new(13);
+    let (n_heads, n_kv_heads, head_dim, cols, pool_rows) = (8, 2, 128, 1024, 16);
+    let rope = |n_heads| RopeParams {
+        n_heads,
+        head_dim,
+        rotary_dim: head_dim,
+        theta: 1_000_000.0,
+        style: RopeStyle::Neox,
+    };
+    let (q_rope, k_rope) = (rope(n_heads), rope(n_kv_heads));
+    for (ty, v_ty) in
+        [(GgmlType::Q8_0, GgmlType::Q8_0), (GgmlType::Q4K, GgmlType::Q4K), (GgmlType::Q4K, GgmlType::Q6K)]
+    {
+        let shapes = [(ty, n_heads * head_dim), (ty, n_kv_heads * head_dim), (v_ty, n_kv_heads * head_dim)];
+        let bytes = shapes.map(|(ty, rows)| random_weight(ty, rows, cols, &mut rng));
+        let cpu_weights: Vec<_> = shapes
+            .iter()
+            .zip(&bytes)
+            .map(|(&(ty, rows), b)| cpu.upload_weight(ty, rows, cols, b).unwrap())
+            .collect();
+        let gpu_weights: Vec<_> = shapes
+            .iter()
+            .zip(&bytes)
+            .map(|(&(ty, rows), b)| gpu.upload_weight(ty, rows, cols, b).unwrap())
+            .collect();
+        for (n_rows, call) in [(1, 0), (1, 1), (3, 0)] {
+            let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
+            let norms = [(); 2]
+                .map(|_| gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect::<Vec<_>>());
+            let pools = [(); 2].map(|_| gaussian_row(pool_rows * n_kv_heads * head_dim, 1.0, &mut rng));
+            let positions: Vec<u32> = (0..n_rows as u32).map(|i| 700 + i).collect();
+            let slots: Vec<u32> = (0..n_rows as u32).map(|i| 3 + 5 * i).collect();
+            let indices = (positions.as_slice(), slots.as_slice());
+            let on_cpu = project(&cpu, &cpu_weights, &x, &norms, &pools, indices, (q_rope, k_rope));
+            let on_gpu = project(gpu, &gpu_weights, &x, &norms, &pools, indices, (q_rope, k_rope));
+            let label = format!("project_attention_inputs {ty}/{v_ty} by {n_rows}, call {call}");
+            let names = ["q_raw", "k_raw", "v", "q", "k", "k_pool", "v_pool"];
+            for (name, (got, want)) in names.iter().zip(on_gpu.iter().zip(&on_cpu)) {
+                check(&format!("{label}: {name}"), got, want, 2e-2);
+            }
+        }
+    }
+}
+
+/// The seven outputs of `project_attention_inputs` on `backend`.
+fn project<B: Backend>(
+    backend: &B,
+    weights: &[B::Weight],
+    x: &[f32],
+    norms: &[Vec<f32>; 2],
+    pools: &[Vec<f32>; 2],
+    (positions, slots): (&[u32], &[u32]),
+    (q_rope, k_rope): (RopeParams, RopeParams),
+) -> [Vec<f32>; 7] {
+    let n_rows = positions.len();
+    let x = backend.upload(x).unwrap();
+    let [mut q_raw, mut k_raw, mut v] = [0, 1, 2].map(|p| backend.zeros(n_rows * weights[p].rows()).unwrap());
+    let [mut q, mut k] = [q_rope, k_rope].map(|rope| backend.zeros(n_rows * rope.row_len()).unwrap());
+    let [q_norm, k_norm] = norms.each_ref().map(|n| backend.upload(n).unwrap());
+    let [mut k_pool, mut v_pool] = pools.each_ref().map(|p| backend.upload(p).unwrap());
+    let (positions, slots) = (backend.upload_index(positions).unwrap(), backend.upload_index(slots).unwrap());
+    let heads = HeadParams {
+        q_norm: &q_norm,
+        k_norm: &k_norm,
+        eps: 1e-6,
+        positions: &positions,
+        slots: &slots,
+        n_rows,
+        q_rope,
+        k_rope,
+    };
+    let projections = AttentionProjections {
+        x: &x,
+        q: (&weights[0], &mut q_raw),
+        k: (&weights[1], &mut k_raw),
+        v: (&weights[2], &mut v),
+    };
+    let targets = AttentionTargets { q: &mut q, k: &mut k, k_pool: &mut k_pool, v_pool: &mut v_pool };
+    backend.project_attention_inputs(projections, &heads, targets).unwrap();
+    [&q_raw, &k_raw, &v, &q, &k, &k_pool, &v_pool].map(|t| fetch(backend, t, t.len()))
+}

@@ -35,8 +35,9 @@ use std::sync::OnceLock;
 use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::{CudaBackend, CudaGraphExec};
 use canopy_kernels::backend::{
-    AttentionBatch, AttentionInputs, AttentionLayout, AttentionParams, AttentionTargets, Backend,
-    BackendError, DeviceArray, HeadParams, Mask, RopeParams, RopeStyle, SequenceSpec, TREE_ROOT,
+    AttentionBatch, AttentionInputs, AttentionLayout, AttentionParams, AttentionProjections,
+    AttentionTargets, Backend, BackendError, DeviceArray, HeadParams, Mask, RopeParams, RopeStyle,
+    SequenceSpec, TREE_ROOT, WeightMatrix,
 };
 use canopy_kernels::quant::GgmlType;
 use common::{Floats, Rng, gaussian_row, random_blocks};

@@ -1,8 +1,6 @@
 //! Matrix products against the CPU: every weight type and batch size, the int8 tensor-core
 //! kernels, several projections per launch, and the int8 copies of their inputs.
 
-use canopy_kernels::backend::WeightMatrix;
-
 use super::*;
 
 #[test]

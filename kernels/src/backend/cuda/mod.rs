@@ -60,14 +60,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::{
-    AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, BackendError, RopeParams,
-    shape,
+    AttentionBatch, AttentionInputs, AttentionParams, AttentionProjections, AttentionTargets, Backend,
+    BackendError, HeadParams, RopeParams, shape,
 };
 use crate::quant::GgmlType;
 use attention::SplitAttention;
 use attention_prefill::PrefillAttention;
 use context::Device;
-use fused::FusedSwiglu;
+use fused::FusedDecode;
 use gemm::Gemm;
 use memory::ScratchBuffer;
 use mmq::Mmq;
@@ -80,8 +80,8 @@ pub struct CudaBackend {
     gemm: Option<Gemm>,
     /// The smallest batch that takes the GEMM.
     gemm_min_rows: usize,
-    /// Decode-step gate and up projections that finish SwiGLU themselves.
-    fused_swiglu: FusedSwiglu,
+    /// Decode-step matmuls that finish SwiGLU or the attention heads themselves.
+    fused: FusedDecode,
     /// Tensor-core int8 kernels for verify-sized batches of block-quantized weights; absent
     /// before sm_80.
     mmq: Option<Mmq>,
@@ -110,7 +110,7 @@ impl CudaBackend {
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
             mmq,
-            fused_swiglu: FusedSwiglu::new(),
+            fused: FusedDecode::new(),
             split_attention,
             argmax_ids: Mutex::default(),
             prefill_attention,
@@ -302,6 +302,18 @@ impl Backend for CudaBackend {
         attention_inputs::attention_inputs(self, inputs, targets)
     }
 
+    fn project_attention_inputs(
+        &self,
+        projections: AttentionProjections<'_, Self>,
+        heads: &HeadParams<'_, Self>,
+        targets: AttentionTargets<'_, Self>,
+    ) -> Result<(), BackendError> {
+        match self.fused.heads_kernel(&projections, heads) {
+            Some(kernel) => self.fused.heads(self, kernel, projections, heads, targets),
+            None => super::attention_inputs::projections_then_inputs(self, projections, heads, targets),
+        }
+    }
+
     fn write_kv(
         &self,
         pool: &mut CudaTensor,
@@ -376,7 +388,7 @@ impl Backend for CudaBackend {
         }
         if n_rows == 1 {
             let epoch = self.epoch.load(Ordering::Relaxed);
-            let fused = self.fused_swiglu.launch(
+            let fused = self.fused.swiglu(
                 &self.device,
                 epoch,
                 x,

@@ -101,6 +101,11 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "matvec_q8_swiglu_q4_k",
             "matvec_q8_swiglu_q5_k",
             "matvec_q8_swiglu_q6_k",
+            "matvec_q8_heads_q8_0",
+            "matvec_q8_heads_q4_k",
+            "matvec_q8_heads_q5_k",
+            "matvec_q8_heads_q6_k",
+            "matvec_q8_heads_q4_k_q6_k",
         ],
     },
     // mmq_f16.cu reuses mmq.cu's tiles and lanes: one translation unit.
