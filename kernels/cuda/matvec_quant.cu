@@ -498,6 +498,9 @@ __device__ void matvec_q8_heads(const u8 *x_q, const float2 *x_scales, const Pro
                                 u32 n_rows, const HeadTargets &t) {
     // n_rows is 1; as a kernel parameter, as for matvec_q8_swiglu.
     matvec_q8<FMT, ROWS, 1>(x_q, x_scales, projections, cols, n_rows);
+    // The attention that follows fetches its committed keys and values while the heads finish, as
+    // it did behind attention_inputs; its wait still covers everything this kernel writes.
+    let_next_kernel_start();
     __shared__ float scratch[MAX_FINISHED_HEAD_DIM];
     const int lane = threadIdx.x % WARP_SIZE;
     if (threadIdx.x >= WARP_SIZE) {
