@@ -14,7 +14,7 @@ use canopy_kernels::quant::GgmlType;
 use common::Rng;
 use emulated::{
     DeviceBuffer, DeviceWeight, Projections, Q8Copy, check, check_q8_copy, cpu_matmul, int8_exact_row, ptr,
-    quantize_q8, run, run_matvec,
+    quantize_q8, run, run_matvec, type_suffix,
 };
 
 const QUANTIZED: [GgmlType; 4] = [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K];
@@ -22,13 +22,7 @@ const QUANTIZED: [GgmlType; 4] = [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, 
 const TOLERANCE: f32 = 1e-5;
 
 fn kernel(ty: GgmlType, n_rows: usize) -> String {
-    let suffix = match ty {
-        GgmlType::Q8_0 => "q8_0",
-        GgmlType::Q4K => "q4_k",
-        GgmlType::Q5K => "q5_k",
-        GgmlType::Q6K => "q6_k",
-        _ => unreachable!("block-quantized types only"),
-    };
+    let suffix = type_suffix(ty);
     let size = match n_rows {
         1 => "decode",
         2 => "pair",

@@ -14,18 +14,13 @@ use common::Rng;
 use common::gaussian_row;
 use emulated::{
     DeviceWeight, MmqInput, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, round_f16, run_mmq,
+    type_suffix,
 };
 
 const TOLERANCE: f32 = 1e-5;
 
 fn kernel(ty: GgmlType, n_rows: usize) -> String {
-    let suffix = match ty {
-        GgmlType::Q8_0 => "q8_0",
-        GgmlType::Q4K => "q4_k",
-        GgmlType::Q5K => "q5_k",
-        GgmlType::Q6K => "q6_k",
-        _ => unreachable!("block-quantized types only"),
-    };
+    let suffix = type_suffix(ty);
     let tile = [8, 16, 24, 32, 48, 64].into_iter().find(|&t| t >= n_rows).unwrap();
     format!("mmq_{suffix}_{tile}")
 }
@@ -85,7 +80,7 @@ fn f16_parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits:
         projections.push(weight, out, 64);
     }
     let tile = [8, 16, 24, 32].into_iter().find(|&t| t >= n_rows).unwrap();
-    let kernel = format!("mmq_f16_{}_{tile}", if ty == GgmlType::Q4K { "q4_k" } else { "q6_k" });
+    let kernel = format!("mmq_f16_{}_{tile}", type_suffix(ty));
     run_mmq(&kernel, MmqInput::Half(&halves), &projections, cols, n_rows, splits);
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
         let label = format!("{kernel} projection {p} {}x{cols} by {n_rows}, {splits} splits", weight.rows);

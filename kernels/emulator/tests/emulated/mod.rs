@@ -69,6 +69,17 @@ impl DeviceBuffer {
     }
 }
 
+/// How kernel names spell a block-quantized type.
+pub fn type_suffix(ty: GgmlType) -> &'static str {
+    match ty {
+        GgmlType::Q8_0 => "q8_0",
+        GgmlType::Q4K => "q4_k",
+        GgmlType::Q5K => "q5_k",
+        GgmlType::Q6K => "q6_k",
+        _ => unreachable!("block-quantized types only"),
+    }
+}
+
 /// A random block-quantized weight, in GGUF bytes (for the CPU) and in the device layout.
 pub struct DeviceWeight {
     pub ty: GgmlType,
