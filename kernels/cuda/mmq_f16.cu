@@ -191,7 +191,9 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
         mmq<MmhLanes<FMT>, NF>(HalfInput{x}, projections, cols, n_rows, partials, arrivals);                   \
     }
 
-// Input-row tiles of 8, 16, 24 and 32 (mmq.rs picks the smallest that holds the batch).
+// Input-row tiles of 8, 16, 24 and 32 (mmq.rs picks the smallest that holds the batch). The two
+// f16 tiles of 48 or 64 rows would need 55 or 74 KB of shared memory, past the 48 KB a kernel
+// gets without opting in; those batches stay on the int8 kernels.
 #define MMQ_F16_KERNELS(SUFFIX, FMT)      \
     MMQ_F16_KERNEL(SUFFIX, FMT, 1, 8)     \
     MMQ_F16_KERNEL(SUFFIX, FMT, 2, 16)    \
