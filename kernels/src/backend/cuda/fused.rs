@@ -132,9 +132,7 @@ impl FusedDecode {
         act_copy.mark_written(epoch, rows, false);
         Ok(true)
     }
-}
 
-impl FusedDecode {
     /// The fused kernel for a decode step's q, k and v projections, when one takes them: one
     /// input row, weights of one block-quantized type (or Q4_K_M's q and k in Q4_K with v in
     /// Q6_K) whose rows are whole heads of a multiple of 4 dimensions.
