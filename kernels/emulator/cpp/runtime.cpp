@@ -1,13 +1,14 @@
-// Runs a kernel launch on the calling host thread: the blocks one after another, each block's
-// threads as fibers (ucontext) that switch only at barriers and warp collectives. A barrier waits
-// for the threads that have not returned, as the device's does, so kernels whose threads leave
-// early keep working; a launch whose live threads all wait at barriers that can never complete
-// ends with an error instead of hanging.
+// Runs a kernel launch on the calling host thread: the blocks one after another, in a scrambled
+// order, each block's threads as fibers (ucontext) that switch only at barriers and warp
+// collectives. A barrier waits for the threads that have not returned, as the device's does, so
+// kernels whose threads leave early keep working; a launch whose live threads all wait at
+// barriers that can never complete ends with an error instead of hanging.
 #include "runtime.h"
 
 #include <ucontext.h>
 
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,17 @@ bool run_block() {
     return true;
 }
 
+// The i-th block to run, of n: a fixed permutation rather than index order, since the device
+// runs blocks in no order a kernel may rely on (the last split or chunk to arrive is then seldom
+// the one with the highest index). i * step mod n, with step coprime to n, visits every block.
+uint64_t scrambled(uint64_t i, uint64_t n) {
+    uint64_t step = n / 2 + 1;
+    while (std::gcd(step, n) != 1) {
+        ++step;
+    }
+    return (i * step + n / 3) % n;
+}
+
 }  // namespace
 
 void block_barrier() {
@@ -197,15 +209,14 @@ int run_grid(const LaunchShape &shape, void (*body)(void *), void *closure) {
     l.body = body;
     l.closure = closure;
     l.error.clear();
-    for (unsigned z = 0; z < grid_shape.z; ++z) {
-        for (unsigned y = 0; y < grid_shape.y; ++y) {
-            for (unsigned x = 0; x < grid_shape.x; ++x) {
-                block_index = {x, y, z};
-                if (!run_block()) {
-                    last_error = l.error;
-                    return 1;
-                }
-            }
+    const uint64_t blocks = (uint64_t)grid_shape.x * grid_shape.y * grid_shape.z;
+    for (uint64_t i = 0; i < blocks; ++i) {
+        const uint64_t b = scrambled(i, blocks);
+        block_index = {(unsigned)(b % grid_shape.x), (unsigned)(b / grid_shape.x % grid_shape.y),
+                       (unsigned)(b / grid_shape.x / grid_shape.y)};
+        if (!run_block()) {
+            last_error = l.error;
+            return 1;
         }
     }
     return 0;
