@@ -62,12 +62,6 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
-struct alignas(8) int2 {
-    int x, y;
-};
-struct alignas(16) int4 {
-    int x, y, z, w;
-};
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
@@ -138,24 +132,16 @@ inline unsigned __float_as_uint(float f) {
     std::memcpy(&v, &f, 4);
     return v;
 }
-inline int __float_as_int(float f) {
-    int v;
-    std::memcpy(&v, &f, 4);
-    return v;
-}
 inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }
 
 // The device's math functions under their CUDA names. The fast-math intrinsics are computed
 // exactly; the device's are within a few ulp.
-using std::fabs;
-using std::isinf;
 using std::isnan;
 inline float fmaxf(float a, float b) { return std::fmax(a, b); }
 inline float fminf(float a, float b) { return std::fmin(a, b); }
 inline float fabsf(float a) { return std::fabs(a); }
 inline float fmaf(float a, float b, float c) { return std::fma(a, b, c); }
 inline float sqrtf(float a) { return std::sqrt(a); }
-inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
 inline float expf(float a) { return std::exp(a); }
 inline float __expf(float a) { return std::exp(a); }
 inline float logf(float a) { return std::log(a); }
@@ -213,7 +199,6 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 
 // Memory: one host thread runs every fiber, so loads, fences and atomics are plain.
 template <typename T> inline T __ldcg(const T *p) { return *p; }
-template <typename T> inline T __ldg(const T *p) { return *p; }
 inline void __threadfence() {}
 template <typename T> inline T atomicAdd(T *address, T value) {
     const T old = *address;

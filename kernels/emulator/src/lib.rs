@@ -4,9 +4,8 @@
 //! compiles) as host C++ against cpp/emulation.h, which supplies the CUDA dialect they use. A
 //! launch runs its blocks one after another on the calling thread, in a scrambled order (a kernel
 //! may not rely on any), each thread of a block as a fiber that yields only at `__syncthreads` and
-//! the warp collectives, so the kernels' own
-//! indexing, bit manipulation, shared memory and warp reductions are what is tested, on machines
-//! without a GPU. Device memory is host memory: a pointer argument is the address of a host
+//! the warp collectives, so the kernels' own indexing, bit manipulation, shared memory and warp
+//! reductions are what is tested, on machines without a GPU. Device memory is host memory: a pointer argument is the address of a host
 //! buffer. Inline PTX is compiled only for the device (`__CUDA_ARCH__`); where the kernels use it
 //! for tensor cores and asynchronous copies, their fallbacks (warp shuffles, plain copies) run.
 //!
