@@ -159,9 +159,13 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "round_bf16",
         ],
     },
+    // attention_prefill.cu reuses attention.cu's key ranges: one translation unit.
     KernelSource {
         name: "attention.cu",
-        code: include_str!("../../../cuda/attention.cu"),
+        code: concat!(
+            include_str!("../../../cuda/attention.cu"),
+            include_str!("../../../cuda/attention_prefill.cu")
+        ),
         kernels: &["attention_dim128", "attention_dim512", "attention_prefill"],
     },
     KernelSource { name: "probe.cu", code: include_str!("../../../cuda/probe.cu"), kernels: &["read_probe"] },
