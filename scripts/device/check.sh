@@ -144,6 +144,13 @@ if has switches; then
             CANOPY_CUDA_MMQ_F16=$f16 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 \
                 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "fwd"
         done
+        # With the f16 kernels cheaper per weight, batches of 2 to 4 rows may now be faster on mmq
+        # than on the dp4a pair and quad kernels.
+        for min_rows in 5 2; do
+            echo "== CANOPY_CUDA_MMQ_MIN_ROWS=$min_rows (round $round)"
+            CANOPY_CUDA_MMQ_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
+                --decode 0 --forward 2,3,4 --repetitions 3 2>&1 | grep -E "fwd"
+        done
         for fused in 1 0; do
             echo "== CANOPY_CUDA_FUSED_DECODE=$fused (round $round)"
             CANOPY_CUDA_FUSED_DECODE=$fused "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
