@@ -7,6 +7,7 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -24,6 +25,8 @@ namespace {
 // Kernels keep their locals in registers on the device; a fiber holds them on its stack.
 constexpr size_t STACK_BYTES = 256 * 1024;
 constexpr unsigned WARP = 32;
+constexpr size_t SHARED_GUARD_BYTES = 256;
+constexpr unsigned char SHARED_GUARD = 0xa5;
 
 enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
 
@@ -205,7 +208,10 @@ int run_grid(const LaunchShape &shape, void (*body)(void *), void *closure) {
         l.fibers.emplace_back();
         l.fibers.back().stack.reset(new char[STACK_BYTES]);
     }
-    l.shared.assign(shape.dynamic_shared_bytes, 0);
+    // Guard bytes past the dynamic shared memory catch a kernel that uses more than the launch
+    // gave it, which on the device reads or corrupts another block's.
+    l.shared.assign(shape.dynamic_shared_bytes + SHARED_GUARD_BYTES, 0);
+    std::fill(l.shared.end() - SHARED_GUARD_BYTES, l.shared.end(), SHARED_GUARD);
     l.body = body;
     l.closure = closure;
     l.error.clear();
@@ -216,6 +222,12 @@ int run_grid(const LaunchShape &shape, void (*body)(void *), void *closure) {
                        (unsigned)(b / grid_shape.x / grid_shape.y)};
         if (!run_block()) {
             last_error = l.error;
+            return 1;
+        }
+        if (std::any_of(l.shared.end() - SHARED_GUARD_BYTES, l.shared.end(),
+                        [](unsigned char byte) { return byte != SHARED_GUARD; })) {
+            last_error = "wrote past its " + std::to_string(shape.dynamic_shared_bytes) +
+                         " bytes of dynamic shared memory";
             return 1;
         }
     }

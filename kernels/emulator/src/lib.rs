@@ -9,8 +9,9 @@
 //! buffer. Inline PTX is compiled only for the device (`__CUDA_ARCH__`); where the kernels use it
 //! for tensor cores and asynchronous copies, their fallbacks (warp shuffles, plain copies) run.
 //!
-//! Timing and memory-model effects (races between blocks, PDL overlap) are out of scope: blocks
-//! never overlap here.
+//! A launch that writes past the dynamic shared memory it was given fails with an error. Timing
+//! and memory-model effects (races between blocks, PDL overlap) are out of scope: blocks never
+//! overlap here.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Mutex;
