@@ -325,12 +325,15 @@ __device__ void store_dims(const float *acc, float factor, float *dst, u32 head_
 
 // Where a head's output goes: the float row, and with `q` set (heads of whole Q8_BLOCKs), the
 // int8 copy the output projection reads, which saves its quantize_q8 launch, and with `halves`
-// set the f16 copy (mmq_f16.cu). `index` is the head's first element in the output.
+// set the f16 copy (mmq_f16.cu). `index` is the head's first element in the output. A row's first
+// head also writes its f16 row scale, `half_scale`: 1, as outputs are averages of values, far
+// below f16's limit.
 struct HeadOutput {
     float *out;
     u8 *q;
     float2 *q_scales;
     u16 *halves;
+    float *half_scale;
     size_t index;
 };
 
@@ -354,6 +357,9 @@ __device__ void store_output(const float *acc, float factor, const HeadOutput &o
             out.q[index + lane] = (u8)(__float2int_rn(v * inverse) & 0xff);
             if (out.halves != NULL) {
                 out.halves[index + lane] = __half_as_ushort(__float2half_rn(v));
+                if (out.half_scale != NULL && j == 0 && lane == 0) {
+                    *out.half_scale = 1.0f;
+                }
             }
             if (lane == 0) {
                 out.q_scales[index / Q8_BLOCK] = make_float2(amax / 127.0f, sum);
@@ -419,17 +425,18 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
 // key_stride is a multiple of 4 when head_dim is, and TILE_LOADS elements a thread cover a tile.
 // `partials` holds n_splits x heads_per_block states of head_dim + 2 floats per task, `counters`
 // one counter per task; neither is used with one split. `out_q` and `out_scales` are the output's
-// int8 copy, or NULL when head_dim is no multiple of Q8_BLOCK; `out_halves` its f16 copy, or NULL.
+// int8 copy, or NULL when head_dim is no multiple of Q8_BLOCK; `out_halves` and `out_half_scales`
+// its f16 copy and row scales, or NULL.
 #define ATTENTION_PARAMS                                                                               \
     const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,    \
         const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_rows, u32 n_heads, \
         u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 tile_keys, u32 key_stride,  \
         u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q, float2 *out_scales,        \
-        u16 *out_halves
+        u16 *out_halves, float *out_half_scales
 #define ATTENTION_ARGS                                                                                 \
     q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_rows, n_heads, \
         n_kv_heads, head_dim, scale, heads_per_block, tile_keys, key_stride, n_splits, partials,        \
-        counters, out, out_q, out_scales, out_halves
+        counters, out, out_q, out_scales, out_halves, out_half_scales
 
 // One block's work, for heads of up to DIMS * 32 dimensions.
 template <int DIMS>
@@ -513,6 +520,7 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     head_out.q = out_q;
     head_out.q_scales = out_scales;
     head_out.halves = out_halves;
+    head_out.half_scale = first_head + warp == 0 && out_half_scales != NULL ? out_half_scales + row : NULL;
     head_out.index = ((size_t)row * n_heads + first_head + warp) * head_dim;
     if (used_splits == 1) {
         if (warp < block_heads) {

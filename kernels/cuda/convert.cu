@@ -51,6 +51,31 @@ extern "C" __global__ void round_f16(const float *x, size_t n, u16 *out) {
     }
 }
 
+// The f16 copy of rows of `row_len` floats that mmq_f16.cu reads, each divided by its
+// half_row_scale (to `half_scales`), for inputs whose writer made none: grid (chunks of
+// 4 blockDim.x columns, rows). The row's largest magnitude comes from its int8 copy's block scales
+// (d = max / 127, store_q8_quad), so that every block of a row picks the same scale without
+// reading the whole row.
+extern "C" __global__ void round_f16_rows(const float4 *x, const float2 *q_scales, u32 row_len, u16 *out,
+                                          float *half_scales) {
+    wait_for_previous_kernel();
+    const u32 row = blockIdx.y;
+    const u32 n_blocks = row_len / Q8_BLOCK;
+    float d_max = 0.0f;
+    for (u32 b = threadIdx.x; b < n_blocks; b += blockDim.x) {
+        d_max = fmaxf(d_max, q_scales[(size_t)row * n_blocks + b].x);
+    }
+    const float scale = half_row_scale(127.0f * block_max(d_max));
+    const u32 quad = blockIdx.x * blockDim.x + threadIdx.x;
+    if (quad < row_len / 4) {
+        const size_t i = (size_t)row * (row_len / 4) + quad;
+        store_f16_quad(x[i], i, true, 1.0f / scale, out);
+    }
+    if (quad == 0) {
+        half_scales[row] = scale;
+    }
+}
+
 // Round to nearest even on the bits; NaN stays a (quiet) NaN.
 extern "C" __global__ void round_bf16(const float *x, size_t n, u16 *out) {
     wait_for_previous_kernel();

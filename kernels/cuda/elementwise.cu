@@ -19,10 +19,10 @@ extern "C" __global__ void swiglu(const float *gate, const float *up, size_t len
 }
 
 // SwiGLU four values a thread, also writing the int8 copy the down projection reads (see
-// store_q8_quad) and, unless `halves` is null, the f16 one: `n_quads` = len / 4, len a multiple
-// of Q8_BLOCK.
+// store_q8_quad): `n_quads` = len / 4, len a multiple of Q8_BLOCK. The f16 copy, when the down
+// projection reads one, comes after (round_f16_rows): its row scales need whole rows.
 extern "C" __global__ void swiglu_q8(const float4 *gate, const float4 *up, u32 n_quads, float4 *out, u32 *q,
-                                     float2 *scales, u16 *halves) {
+                                     float2 *scales) {
     wait_for_previous_kernel();
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = i < n_quads;
@@ -35,5 +35,4 @@ extern "C" __global__ void swiglu_q8(const float4 *gate, const float4 *up, u32 n
         out[i] = v;
     }
     store_q8_quad(v, i, live, q, scales);
-    store_f16_quad(v, i, live, halves);
 }

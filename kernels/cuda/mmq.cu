@@ -147,6 +147,8 @@ template <int STRIDE> struct Int8Activations {
     // Unrolled, the int8 steps spill.
     static const int GROUP_UNROLL = 1;
     template <int NT> using Tile = MmqTile<NT, STRIDE>;
+    // What input row n's sums are multiplied by: the int8 copy is not scaled by rows.
+    __device__ static float row_scale(const Input &, u32) { return 1.0f; }
 
     // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
     template <int NT>
@@ -455,6 +457,16 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     }
 
     // Accumulator i of fragment f: tile row 16 warp + g + 8 (i / 2), input row 8f + 2t + i % 2.
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const u32 n = 8 * f + 2 * t + i;
+            const float row_scale = n < n_rows ? L::row_scale(x, n) : 1.0f;
+            acc[f][i] *= row_scale;
+            acc[f][2 + i] *= row_scale;
+        }
+    }
     const u32 local_row = 16 * warp + g;
     if (gridDim.y == 1) {
 #pragma unroll

@@ -22,9 +22,11 @@
 // lanes t = 0..3) fall in distinct banks: rows 64 bytes apart modulo 128.
 #define MMH_STRIDE (MMQ_GROUP_COLS + 32)
 
-// The f16 copy of the activations: n_rows x cols halves.
+// The f16 copy of the activations: n_rows x cols halves, each row divided by its scale
+// (half_row_scale in quant.cuh).
 struct HalfInput {
     const u16 *x;
+    const float *scales;
 };
 
 template <int NT> struct MmhTile {
@@ -35,6 +37,8 @@ struct HalfActivations {
     typedef HalfInput Input;
     static const int GROUP_UNROLL = 2;
     template <int NT> using Tile = MmhTile<NT>;
+
+    __device__ static float row_scale(const Input &in, u32 n) { return in.scales[n]; }
 
     // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
     template <int NT>
@@ -186,9 +190,9 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
 
 #define MMQ_F16_KERNEL(SUFFIX, FMT, NF, NT)                                                                     \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS(NF))                              \
-        mmq_f16_##SUFFIX##_##NT(const u16 *x, const Projections projections, u32 cols, u32 n_rows,             \
-                                float *partials, u32 *arrivals) {                                               \
-        mmq<MmhLanes<FMT>, NF>(HalfInput{x}, projections, cols, n_rows, partials, arrivals);                   \
+        mmq_f16_##SUFFIX##_##NT(const u16 *x, const float *x_scales, const Projections projections, u32 cols,  \
+                                u32 n_rows, float *partials, u32 *arrivals) {                                   \
+        mmq<MmhLanes<FMT>, NF>(HalfInput{x, x_scales}, projections, cols, n_rows, partials, arrivals);         \
     }
 
 // Input-row tiles of 8, 16, 24 and 32 (mmq.rs picks the smallest that holds the batch). The two

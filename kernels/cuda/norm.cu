@@ -31,11 +31,12 @@ template <bool PER_WARP> struct NormGroup {
 };
 
 // With QUANTIZE, the output also goes to the int8 copy the matmuls read (store_q8_quad), which
-// saves their quantize_q8 launch, and, unless `halves` is null, to the f16 copy (store_f16_quad);
-// the rows are then a whole number of Q8_BLOCK.
+// saves their quantize_q8 launch, and, unless `halves` is null, to the f16 copy and its row scales
+// (half_row_scale); the rows are then a whole number of Q8_BLOCK.
 template <bool PER_WARP, bool ADD, bool QUANTIZE>
 __device__ void norm_in_registers(float *x, const float *delta, const float *weight, u32 row_len, u32 n_rows,
-                                  float eps, float *out, u32 *q, float2 *q_scales, u16 *halves) {
+                                  float eps, float *out, u32 *q, float2 *q_scales, u16 *halves,
+                                  float *half_scales) {
     wait_for_previous_kernel();
     if (n_rows <= DECODE_ROWS) {
         let_next_kernel_start();
@@ -67,6 +68,7 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
     const float inv_rms = 1.0f / sqrtf(sum_squares / (float)row_len + eps);
     const float4 *weight4 = (const float4 *)weight;
     float4 *out4 = (float4 *)(out + offset);
+    float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < NORM_MAX_VECS; ++k) {
         const u32 i = group.thread + k * group.threads;
@@ -82,7 +84,20 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
         // lanes, since groups are multiples of 32 threads and rows of 32 columns.
         if (QUANTIZE) {
             store_q8_quad(o, offset / 4 + i, live, q, q_scales);
-            store_f16_quad(o, offset / 4 + i, live, halves);
+            v[k] = o;
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+        }
+    }
+    // Uniform across the group: the same pointer for every thread.
+    if (QUANTIZE && halves != NULL) {
+        const float scale = half_row_scale(PER_WARP ? warp_max(amax) : block_max(amax));
+#pragma unroll
+        for (int k = 0; k < NORM_MAX_VECS; ++k) {
+            const u32 i = group.thread + k * group.threads;
+            store_f16_quad(v[k], offset / 4 + i, i < n_vecs, 1.0f / scale, halves);
+        }
+        if (group.thread == 0) {
+            half_scales[group.row] = scale;
         }
     }
 }
@@ -91,26 +106,26 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
     extern "C" __global__ void rms_norm_##SUFFIX(const float *x, const float *weight, u32 row_len,  \
                                                  u32 n_rows, float eps, float *out) {              \
         norm_in_registers<PER_WARP, false, false>((float *)x, NULL, weight, row_len, n_rows, eps, out, NULL, \
-                                                  NULL, NULL);                                     \
+                                                  NULL, NULL, NULL);                                     \
     }                                                                                              \
     extern "C" __global__ void add_rms_norm_##SUFFIX(float *residual, const float *delta,          \
                                                      const float *weight, u32 row_len, u32 n_rows, \
                                                      float eps, float *out) {                      \
         norm_in_registers<PER_WARP, true, false>(residual, delta, weight, row_len, n_rows, eps, out, NULL, NULL, \
-                                                 NULL);                                            \
+                                                 NULL, NULL);                                            \
     }                                                                                              \
     extern "C" __global__ void rms_norm_q8_##SUFFIX(const float *x, const float *weight, u32 row_len, \
                                                     u32 n_rows, float eps, float *out, u32 *q,     \
-                                                    float2 *q_scales, u16 *halves) {               \
+                                                    float2 *q_scales, u16 *halves, float *half_scales) { \
         norm_in_registers<PER_WARP, false, true>((float *)x, NULL, weight, row_len, n_rows, eps, out, q, \
-                                                 q_scales, halves);                                \
+                                                 q_scales, halves, half_scales);                   \
     }                                                                                              \
     extern "C" __global__ void add_rms_norm_q8_##SUFFIX(float *residual, const float *delta,       \
                                                         const float *weight, u32 row_len, u32 n_rows, \
                                                         float eps, float *out, u32 *q, float2 *q_scales, \
-                                                        u16 *halves) {                             \
+                                                        u16 *halves, float *half_scales) {         \
         norm_in_registers<PER_WARP, true, true>(residual, delta, weight, row_len, n_rows, eps, out, q, q_scales, \
-                                                halves);                                           \
+                                                halves, half_scales);                              \
     }
 
 NORM_KERNELS(warp, true)

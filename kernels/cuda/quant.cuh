@@ -191,12 +191,24 @@ __device__ __forceinline__ void store_q8_quad(float4 v, size_t quad, bool live, 
     }
 }
 
-// Stores `v`, four consecutive values of a flat array, rounded to f16 at halves[4 quad..], the
-// copy mmq_f16.cu reads; nothing when `halves` is null (a batch that takes the int8 kernels).
-// Norms and SwiGLU write it along with their output and int8 copy.
-__device__ __forceinline__ void store_f16_quad(float4 v, size_t quad, bool live, u16 *halves) {
-    if (live && halves != NULL) {
-        const __half2 low = __floats2half2_rn(v.x, v.y), high = __floats2half2_rn(v.z, v.w);
+// The power of two a row of the f16 copy is divided by, from the row's largest magnitude: 1 below
+// 2^15, else the least that brings the row below 2^15, well inside f16's range (it overflows at
+// 65520). SwiGLU outputs can pass 65504 in some layers of real models ("massive activations");
+// divided by a power of two, such a row keeps f16's relative precision. mmq_f16.cu multiplies each
+// output row back.
+__device__ __forceinline__ float half_row_scale(float amax) {
+    int exponent;
+    frexpf(amax, &exponent);  // amax < 2^exponent
+    return exponent > 15 ? ldexpf(1.0f, exponent - 15) : 1.0f;
+}
+
+// Stores `v`, four consecutive values of a flat array, times `inverse_scale` (1 / its row's
+// half_row_scale) and rounded to f16, at halves[4 quad..]: the copy mmq_f16.cu reads. Nothing
+// when `live` is false.
+__device__ __forceinline__ void store_f16_quad(float4 v, size_t quad, bool live, float inverse_scale, u16 *halves) {
+    if (live) {
+        const __half2 low = __floats2half2_rn(v.x * inverse_scale, v.y * inverse_scale);
+        const __half2 high = __floats2half2_rn(v.z * inverse_scale, v.w * inverse_scale);
         ((uint2 *)halves)[quad] = make_uint2(*(const u32 *)&low, *(const u32 *)&high);
     }
 }

@@ -123,6 +123,11 @@ if has durations; then
             "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 6 --forward 0 \
             --repetitions 1 --warmup 0 >"$out/durations.csv" 2>"$out/durations.err"
         python3 scripts/device/kernel_times.py "$out/durations.csv" | tee "$out/durations.txt"
+        # The same for one verify forward of 23 rows (its launches follow the model's load).
+        "$ncu" --metrics gpu__time_duration.sum --csv --launch-count 1500 \
+            "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 \
+            --repetitions 1 --warmup 0 >"$out/durations23.csv" 2>"$out/durations23.err"
+        python3 scripts/device/kernel_times.py "$out/durations23.csv" | tee "$out/durations23.txt"
     else
         echo "no ncu: skipping the kernel durations"
     fi

@@ -177,6 +177,7 @@ fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, s
         &mut copy.values,
         &mut copy.scales,
         &mut copy.halves,
+        &mut copy.half_scales,
     ]
     .map(|buffer| buffer.address());
     if !quantize {
@@ -195,6 +196,7 @@ fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, s
         oq_ptr,
         os_ptr,
         oh_ptr,
+        ohs_ptr,
     ] = &mut pointers;
     let mut scale = scale;
     let mut block_size_arg = FastDivisor::new("attention", block_size).unwrap();
@@ -253,13 +255,14 @@ fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, s
             ptr(oq_ptr),
             ptr(os_ptr),
             ptr(oh_ptr),
+            ptr(ohs_ptr),
         ],
     );
     let label = format!("{kernel} {label}, {splits} splits");
     check(&label, &out.floats(case.q.len()), &case.want, DECODE_TOLERANCE);
     if quantize {
         check_q8_copy(&label, &copy, &case.want, DECODE_TOLERANCE);
-        check_f16_copy(&label, &copy, &case.want, DECODE_TOLERANCE);
+        check_f16_copy(&label, &copy, &case.want, case.params.n_heads * head_dim, DECODE_TOLERANCE);
     }
     assert!(counters.words(tasks).iter().all(|&c| c == 0), "{label}: merge counters reset");
 }

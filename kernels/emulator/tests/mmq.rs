@@ -13,8 +13,8 @@ use canopy_kernels::quant::GgmlType;
 use common::Rng;
 use common::gaussian_row;
 use emulated::{
-    DeviceWeight, MmqInput, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, round_f16, run_mmq,
-    type_suffix,
+    DeviceWeight, MmqInput, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, round_f16_rows,
+    run_mmq, type_suffix,
 };
 
 const TOLERANCE: f32 = 1e-5;
@@ -70,10 +70,14 @@ fn mmq_kernels_sum_k_splits() {
 /// up to 2^-11 of each factor, on sums of up to a few hundred products of random signs.
 const F16_TOLERANCE: f32 = 2e-3;
 
+/// Input rows of every third size: ordinary, past f16's range (the copy divides them by a power
+/// of two) and small.
+const F16_ROW_SIZES: [f32; 3] = [1.0, 3e5, 1e-3];
+
 fn f16_parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits: u32, rng: &mut Rng) {
     let weights = [DeviceWeight::random(ty, rows, cols, rng), DeviceWeight::random(ty, 16, cols, rng)];
-    let x = gaussian_row(n_rows * cols, 1.0, rng);
-    let halves = round_f16(&x);
+    let x: Vec<f32> = (0..n_rows).flat_map(|n| gaussian_row(cols, F16_ROW_SIZES[n % 3], rng)).collect();
+    let halves = round_f16_rows(&x, cols);
     let mut outs = weights.each_ref().map(|w| vec![f32::NAN; n_rows * w.rows]);
     let mut projections = Projections::default();
     for (weight, out) in weights.iter().zip(outs.iter_mut()) {
@@ -83,8 +87,16 @@ fn f16_parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits:
     let kernel = format!("mmq_f16_{}_{tile}", type_suffix(ty));
     run_mmq(&kernel, MmqInput::Half(&halves), &projections, cols, n_rows, splits);
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
-        let label = format!("{kernel} projection {p} {}x{cols} by {n_rows}, {splits} splits", weight.rows);
-        check(&label, out, &cpu_matmul(weight, &x, n_rows), F16_TOLERANCE);
+        let want = cpu_matmul(weight, &x, n_rows);
+        // Row by row: each against its own size.
+        for (n, (got, want)) in out.chunks_exact(weight.rows).zip(want.chunks_exact(weight.rows)).enumerate()
+        {
+            let label = format!(
+                "{kernel} projection {p} {}x{cols} by {n_rows}, {splits} splits, row {n}",
+                weight.rows
+            );
+            check(&label, got, want, F16_TOLERANCE);
+        }
     }
 }
 

@@ -169,17 +169,21 @@ impl Projections {
 pub struct Q8Copy {
     pub values: DeviceBuffer,
     pub scales: DeviceBuffer,
-    /// The f16 copy that norms, SwiGLU and the decode attention write beside the int8 one.
+    /// The f16 copy that norms, SwiGLU and the decode attention write beside the int8 one, each
+    /// row divided by its scale in `half_scales`.
     pub halves: DeviceBuffer,
+    pub half_scales: DeviceBuffer,
 }
 
 impl Q8Copy {
-    /// Room for the copies of `n` values: a byte each, two floats per block of 32, a half each.
+    /// Room for the copies of `n` values: a byte each, two floats per block of 32, a half each,
+    /// and a float per row (rows are whole blocks).
     pub fn zeroed(n: usize) -> Self {
         Self {
             values: DeviceBuffer::zeroed(n),
             scales: DeviceBuffer::zeroed(8 * n / 32),
             halves: DeviceBuffer::zeroed(2 * n),
+            half_scales: DeviceBuffer::zeroed(4 * n.div_ceil(32)),
         }
     }
 }
@@ -200,14 +204,24 @@ pub fn quantize_q8(x: &[f32]) -> Q8Copy {
     copy
 }
 
-/// `x` rounded to f16 by the emulated `round_f16` (the f16 copy mmq_f16.cu reads).
-pub fn round_f16(x: &[f32]) -> DeviceBuffer {
+/// The int8 copy of `x`'s rows of `cols` values, then its f16 copy and row scales by the emulated
+/// `round_f16_rows` (what mmq_f16.cu reads when no kernel wrote the copy).
+pub fn round_f16_rows(x: &[f32], cols: usize) -> Q8Copy {
+    let mut copy = quantize_q8(x);
     let mut input = DeviceBuffer::from_floats(x);
-    let mut halves = DeviceBuffer::zeroed(2 * x.len());
-    let (mut x_ptr, mut n, mut out) = (input.address(), x.len(), halves.address());
-    let blocks = x.len().div_ceil(256) as u32;
-    run("round_f16", LaunchShape::linear(blocks, 256), &mut [ptr(&mut x_ptr), ptr(&mut n), ptr(&mut out)]);
-    halves
+    let (mut x_ptr, mut int8_scales, mut cols_arg) = (input.address(), copy.scales.address(), cols as u32);
+    let (mut halves, mut scales) = (copy.halves.address(), copy.half_scales.address());
+    let shape = LaunchShape {
+        grid: [cols.div_ceil(1024) as u32, (x.len() / cols) as u32, 1],
+        block: [256, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
+    run(
+        "round_f16_rows",
+        shape,
+        &mut [ptr(&mut x_ptr), ptr(&mut int8_scales), ptr(&mut cols_arg), ptr(&mut halves), ptr(&mut scales)],
+    );
+    copy
 }
 
 /// The leading `len` values of a CPU tensor.
@@ -243,19 +257,36 @@ pub fn check_q8_copy(label: &str, copy: &Q8Copy, want: &[f32], tolerance: f32) {
     println!("parity {label} int8 values: max error {worst:.3} steps (tolerance 0.51)");
 }
 
-/// Checks the f16 copy a kernel wrote of its output against the CPU's output `want`: each half
-/// is its value rounded to f16, so within half an f16 ulp (2^-11 relative) plus the output's own
-/// error (`tolerance` of the largest |want|).
-pub fn check_f16_copy(label: &str, copy: &Q8Copy, want: &[f32], tolerance: f32) {
+/// Checks the f16 copy a kernel wrote of its output, rows of `row_len`, against the CPU's output
+/// `want`. Each row's scale must be the power of two that brings its largest |want| into
+/// [2^14, 2^15), or 1 when it is below 2^15 (up to the output's own error), and each half the
+/// value over that scale rounded to f16: within half an f16 ulp (2^-11 relative) plus the
+/// output's error (`tolerance` of the largest |want|).
+pub fn check_f16_copy(label: &str, copy: &Q8Copy, want: &[f32], row_len: usize, tolerance: f32) {
     let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
     let bytes = copy.halves.bytes();
+    let row_scales = copy.half_scales.floats(want.len() / row_len);
     let mut worst = 0.0f32;
-    for (i, &w) in want.iter().enumerate() {
-        let got = half::f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32();
-        let error = (got - w).abs();
-        let bound = w.abs() * 2f32.powi(-11) + tolerance * scale;
-        assert!(error <= bound, "{label} f16[{i}]: {got} for {w}");
-        worst = worst.max(error / bound);
+    for (row, (want_row, &row_scale)) in want.chunks_exact(row_len).zip(&row_scales).enumerate() {
+        let amax = want_row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let slack = 1.0 + 4.0 * tolerance;
+        let scaled = amax / row_scale;
+        assert!(
+            row_scale.log2().fract() == 0.0 && row_scale >= 1.0 && scaled < 32768.0 * slack,
+            "{label} row {row}: scale {row_scale} for a largest value of {amax}"
+        );
+        assert!(
+            row_scale == 1.0 || scaled * slack >= 16384.0,
+            "{label} row {row}: scale {row_scale} for {amax}"
+        );
+        for (column, &w) in want_row.iter().enumerate() {
+            let i = row * row_len + column;
+            let got = half::f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32() * row_scale;
+            let error = (got - w).abs();
+            let bound = w.abs() * 2f32.powi(-11) + tolerance * scale;
+            assert!(error <= bound, "{label} f16[{i}]: {got} for {w}");
+            worst = worst.max(error / bound);
+        }
     }
     println!("parity {label} f16 copy: max error {worst:.2} of the bound");
 }
@@ -313,10 +344,10 @@ pub fn check(label: &str, got: &[f32], want: &[f32], tolerance: f32) {
     println!("parity {label}: max error {worst:.2e} (tolerance {tolerance:.0e})");
 }
 
-/// The activations an mmq kernel reads: the int8 copy, or the f16 one (`round_f16`'s output).
+/// The activations an mmq kernel reads: the int8 copy, or the f16 one and its row scales.
 pub enum MmqInput<'a> {
     Int8(&'a Q8Copy),
-    Half(&'a DeviceBuffer),
+    Half(&'a Q8Copy),
 }
 
 /// Runs an mmq.cu or mmq_f16.cu kernel over `projections` (64 weight rows a block), K split
@@ -336,16 +367,13 @@ pub fn run_mmq(
     let mut arrivals = DeviceBuffer::zeroed(4 * tiles as usize);
     let (mut first, mut second) = match input {
         MmqInput::Int8(copy) => (copy.values.words.as_ptr() as u64, copy.scales.words.as_ptr() as u64),
-        MmqInput::Half(halves) => (halves.words.as_ptr() as u64, 0),
+        MmqInput::Half(copy) => (copy.halves.words.as_ptr() as u64, copy.half_scales.words.as_ptr() as u64),
     };
     let mut projections_arg = Projections { ..*projections };
     let (mut cols, mut n_rows) = (cols as u32, n_rows as u32);
     let (mut partials_ptr, mut arrivals_ptr) = (partials.address(), arrivals.address());
     let shape = LaunchShape { grid: [tiles, splits, 1], block: [128, 1, 1], dynamic_shared_bytes: 0 };
-    let mut args = vec![ptr(&mut first)];
-    if matches!(input, MmqInput::Int8(_)) {
-        args.push(ptr(&mut second));
-    }
+    let mut args = vec![ptr(&mut first), ptr(&mut second)];
     args.extend([
         ptr(&mut projections_arg),
         ptr(&mut cols),

@@ -155,11 +155,11 @@ pub(super) fn attention(
     let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
     let halves = quantize && backend.writes_halves(batch.n_rows());
     if quantize {
-        let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
-        launch.arg(values).arg(scales).arg(halves);
+        let buffers = copy.buffers(device, OP, n_values, batch.n_rows(), halves)?;
+        launch.arg(buffers.values).arg(buffers.scales).arg(buffers.halves).arg(buffers.half_scales);
     } else {
         copy.invalidate();
-        launch.arg(&0u64).arg(&0u64).arg(&0u64);
+        launch.arg(&0u64).arg(&0u64).arg(&0u64).arg(&0u64);
     }
     let mut config = grid(OP, tasks * splits, to_u32(OP, "threads", THREADS)?)?;
     config.shared_mem_bytes = to_u32(OP, "shared memory", shared_floats * size_of::<f32>())?;
@@ -168,7 +168,8 @@ pub(super) fn attention(
     // `states` and, when it splits, one counter per task within `counters`; the shared memory
     // holds the queries and a tile as the kernel lays them out, within 48 KB; with heads of whole
     // blocks, the copy holds a byte per output value and two floats per block (and the f16 copy,
-    // when asked for, a half per value), else the kernel gets null pointers and writes no copy.
+    // when asked for, a half per value and a float per row), else the kernel gets null pointers
+    // and writes no copy.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
         copy.mark_written(backend.epoch.load(Ordering::Relaxed), n_values, halves);

@@ -35,7 +35,6 @@ pub(super) fn swiglu(
     gate: &CudaTensor,
     up: &CudaTensor,
     len: usize,
-    halves: bool,
     out: &mut CudaTensor,
 ) -> Result<(), BackendError> {
     const OP: &str = "swiglu";
@@ -56,12 +55,11 @@ pub(super) fn swiglu(
     let n_quads = to_u32(OP, "len / 4", len / 4)?;
     let mut launch = device.launch(OP, "swiglu_q8")?;
     launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&mut out.buf);
-    let (values, scales, halves_buffer) = copy.buffers(device, OP, len, halves)?;
-    launch.arg(values).arg(scales).arg(halves_buffer);
+    let buffers = copy.buffers(device, OP, len, 1, false)?;
+    launch.arg(buffers.values).arg(buffers.scales);
     // SAFETY: the shape check guarantees every buffer holds `len` elements, a whole number of
-    // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block; the
-    // f16 copy, when asked for, a half per value, else the kernel gets null).
+    // float4 (and of blocks of 32, whose copy holds a byte per value and two floats per block).
     unsafe { launch.launch(per_element(OP, len / 4)?) }.map_err(driver(OP))?;
-    copy.mark_written(backend.epoch.load(Ordering::Relaxed), len, halves);
+    copy.mark_written(backend.epoch.load(Ordering::Relaxed), len, false);
     Ok(())
 }

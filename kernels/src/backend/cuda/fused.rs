@@ -111,12 +111,12 @@ impl FusedDecode {
         let arrivals = arrivals.at_least(device, SWIGLU_OP, rows / Q8_BLOCK)?;
         let CudaTensor { buf: act_buf, quantized: act_copy, .. } = act;
         let act_copy = act_copy.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let (act_values, act_scales, _) = act_copy.buffers(device, SWIGLU_OP, rows, false)?;
+        let act_buffers = act_copy.buffers(device, SWIGLU_OP, rows, 1, false)?;
         // The backend's context tracks no events: the guards hold nothing.
         let target = SwigluTarget {
             act: act_buf.device_ptr_mut(&device.stream).0,
-            q: act_values.device_ptr_mut(&device.stream).0,
-            q_scales: act_scales.device_ptr_mut(&device.stream).0,
+            q: act_buffers.values.device_ptr_mut(&device.stream).0,
+            q_scales: act_buffers.scales.device_ptr_mut(&device.stream).0,
             arrivals: arrivals.device_ptr_mut(&device.stream).0,
         };
         let (cols_u32, n_rows) = (to_u32(SWIGLU_OP, "weight cols", cols)?, 1u32);

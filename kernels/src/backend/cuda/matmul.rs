@@ -185,13 +185,17 @@ fn quantized_matmuls(
     let validity = (epoch, n_values);
     let input = match mmq {
         Some(mmq) if mmq.takes_halves(ty, n_rows) => {
-            MmqInput::Half(quantized.halves(device, OP, validity, |halves| {
-                let count = n_values as u64;
-                let mut launch = device.launch(OP, "round_f16")?;
-                launch.arg(&x.buf).arg(&count).arg(halves);
-                // SAFETY: `x` holds n_rows * cols floats (shape-checked), the copy as many halves.
-                unsafe { launch.launch(per_element(OP, n_values)?) }.map_err(driver(OP))
-            })?)
+            let (halves, scales) = quantized.halves(
+                device,
+                OP,
+                validity,
+                n_rows,
+                |values, scales| quantize(device, x, n_values, values, scales),
+                |int8_scales, halves, scales| {
+                    round_f16_rows(device, x, int8_scales, (n_rows, cols), halves, scales)
+                },
+            )?;
+            MmqInput::Half(halves, scales)
         }
         _ => {
             let (values, scales) = quantized
@@ -257,6 +261,32 @@ pub(super) fn quantize(
     // SAFETY: the callers pass n_values within `x`, a whole number of blocks; the copy holds one
     // byte per value and two floats per block.
     unsafe { launch.launch(per_element(OP, n_values / Q8_BLOCK * LANES_PER_Q8_BLOCK)?) }.map_err(driver(OP))
+}
+
+/// The f16 copy of `x`'s `n_rows` rows of `cols` values and its row scales, for the f16 mmq
+/// kernels, from `x` and its int8 copy's block scales (convert.cu's `round_f16_rows`).
+fn round_f16_rows(
+    device: &Device,
+    x: &CudaTensor,
+    int8_scales: &CudaSlice<f32>,
+    (n_rows, cols): (usize, usize),
+    halves: &mut CudaSlice<u16>,
+    scales: &mut CudaSlice<f32>,
+) -> Result<(), BackendError> {
+    const THREADS: u32 = 256;
+    let chunks = cols.div_ceil(4 * THREADS as usize);
+    let config = LaunchConfig {
+        grid_dim: (to_u32(OP, "column chunks", chunks)?, to_u32(OP, "n_rows", n_rows)?, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let cols = to_u32(OP, "weight cols", cols)?;
+    let mut launch = device.launch(OP, "round_f16_rows")?;
+    launch.arg(&x.buf).arg(int8_scales).arg(&cols).arg(halves).arg(scales);
+    // SAFETY: `x` holds n_rows * cols floats (shape-checked), cols a multiple of 256 (mmq's
+    // groups), and its int8 copy two floats per 32 of them; the f16 copy holds as many halves and
+    // a float per row.
+    unsafe { launch.launch(config) }.map_err(driver(OP))
 }
 
 impl Projections {

@@ -32,15 +32,28 @@ impl CudaTensor {
 }
 
 /// Rows of a tensor rounded to int8 in blocks of 32 (matvec_quant.cu's `quantize_q8`): the values,
-/// and per block its scale d and the sum of its floats; and the same rows rounded to f16 (mmq_f16.cu
-/// reads those). Each copy is valid for a backend epoch and a number of leading values.
+/// and per block its scale d and the sum of its floats; and the same rows rounded to f16, each
+/// divided by a power of two that keeps it in f16's range, and those scales (`half_row_scale` in
+/// quant.cuh; mmq_f16.cu reads them). Each copy is valid for a backend epoch and a number of
+/// leading values.
 #[derive(Debug, Default)]
 pub(super) struct QuantizedCopy {
     pub values: ScratchBuffer<u8>,
     pub scales: ScratchBuffer<f32>,
     pub halves: ScratchBuffer<u16>,
+    pub half_scales: ScratchBuffer<f32>,
     int8_valid_for: Option<(u64, usize)>,
     halves_valid_for: Option<(u64, usize)>,
+}
+
+/// The buffers a kernel writes a tensor's copies into along with the tensor (see
+/// [`QuantizedCopy::buffers`]); `halves` and `half_scales` are `None` when it writes no f16 copy,
+/// which kernels take as null pointers.
+pub(super) struct CopyBuffers<'a> {
+    pub values: &'a mut CudaSlice<u8>,
+    pub scales: &'a mut CudaSlice<f32>,
+    pub halves: Option<&'a mut CudaSlice<u16>>,
+    pub half_scales: Option<&'a mut CudaSlice<f32>>,
 }
 
 /// Values per scale of the int8 copy (`Q8_BLOCK` in quant.cuh).
@@ -84,40 +97,61 @@ impl QuantizedCopy {
         Ok((values, scales))
     }
 
-    /// The f16 copy of the tensor's first `n_values` values for `epoch`, as [`Self::int8`].
+    /// The f16 copy of the tensor's first `n_values` values, `n_rows` rows, for `epoch`, and its
+    /// row scales. Unless they already hold it, `write` fills them from the int8 copy's block
+    /// scales (which give each row's largest magnitude), which `write_int8` makes first when it
+    /// is stale, as in [`Self::int8`].
+    #[allow(clippy::type_complexity)]
     pub fn halves<'a>(
         &'a mut self,
         device: &Device,
         op: &'static str,
-        (epoch, n_values): (u64, usize),
-        write: impl FnOnce(&mut CudaSlice<u16>) -> Result<(), BackendError>,
-    ) -> Result<&'a CudaSlice<u16>, BackendError> {
+        validity: (u64, usize),
+        n_rows: usize,
+        write_int8: impl FnOnce(&mut CudaSlice<u8>, &mut CudaSlice<f32>) -> Result<(), BackendError>,
+        write: impl FnOnce(&CudaSlice<f32>, &mut CudaSlice<u16>, &mut CudaSlice<f32>) -> Result<(), BackendError>,
+    ) -> Result<(&'a CudaSlice<u16>, &'a CudaSlice<f32>), BackendError> {
+        let (epoch, n_values) = validity;
         let held = holds(self.halves_valid_for, epoch, n_values);
-        let halves = self.halves.at_least(device, op, n_values)?;
         if !held {
-            write(&mut *halves)?;
+            self.int8(device, op, validity, write_int8)?;
+        }
+        let halves = self.halves.at_least(device, op, n_values)?;
+        let half_scales = self.half_scales.at_least(device, op, n_rows)?;
+        if !held {
+            let int8_scales = self.scales.at_least(device, op, 2 * n_values / Q8_BLOCK)?;
+            write(int8_scales, &mut *halves, &mut *half_scales)?;
             self.halves_valid_for = Some((epoch, n_values));
         }
-        Ok(halves)
+        Ok((halves, half_scales))
     }
 
-    /// The buffers for copies of `n_values` values, a whole number of blocks, written by a kernel
-    /// along with its float output: a byte per value and a (d, sum) pair of floats per block, and
-    /// with `halves` the f16 copy. The caller marks the copies valid once the kernel is queued.
-    #[allow(clippy::type_complexity)]
+    /// The buffers for copies of `n_values` values in `n_rows` rows, a whole number of blocks,
+    /// written by a kernel along with its float output: a byte per value and a (d, sum) pair of
+    /// floats per block, and with `halves` the f16 copy and a scale per row. The caller marks the
+    /// copies valid once the kernel is queued.
     pub fn buffers(
         &mut self,
         device: &Device,
         op: &'static str,
         n_values: usize,
+        n_rows: usize,
         halves: bool,
-    ) -> Result<(&mut CudaSlice<u8>, &mut CudaSlice<f32>, Option<&mut CudaSlice<u16>>), BackendError> {
-        let halves = if halves { Some(self.halves.at_least(device, op, n_values)?) } else { None };
-        Ok((
-            self.values.at_least(device, op, n_values)?,
-            self.scales.at_least(device, op, 2 * n_values / Q8_BLOCK)?,
+    ) -> Result<CopyBuffers<'_>, BackendError> {
+        let (halves, half_scales) = if halves {
+            (
+                Some(self.halves.at_least(device, op, n_values)?),
+                Some(self.half_scales.at_least(device, op, n_rows)?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(CopyBuffers {
+            values: self.values.at_least(device, op, n_values)?,
+            scales: self.scales.at_least(device, op, 2 * n_values / Q8_BLOCK)?,
             halves,
-        ))
+            half_scales,
+        })
     }
 }
 

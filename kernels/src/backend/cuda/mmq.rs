@@ -26,10 +26,11 @@ use crate::quant::GgmlType;
 const OP: &str = "matmul";
 /// The largest batch the kernels take.
 pub(super) const MAX_ROWS: usize = 64;
-/// The smallest batch that takes them by default. Up to four rows the dp4a kernels, four weight
-/// rows a block, are faster; from five, even with the 8-row tile's unused rows (Qwen3-8B Q4_K_M
-/// on an H200: fwd8 on the dp4a batch kernel 6.9 ms, fwd16 on the mmq kernels 5.6 ms).
-const DEFAULT_MIN_ROWS: usize = 5;
+/// The smallest batch that takes them by default. Two rows are faster on the dp4a pair kernel;
+/// from three, with the f16 kernels, mmq is faster even with the 8-row tile's unused rows
+/// (Qwen3-8B Q4_K_M on an H200, same call: fwd2 2.94 ms on dp4a against 3.46 on mmq, fwd3 3.72
+/// against 3.53, fwd4 3.92 against 3.54).
+const DEFAULT_MIN_ROWS: usize = 3;
 /// Weight rows per block (`MMQ_ROWS`).
 pub(super) const TILE_ROWS: usize = 64;
 /// Columns per step of the kernels' K loop (`MMQ_GROUP_COLS`).
@@ -115,7 +116,7 @@ impl Mmq {
         })?;
         let kernel = match input {
             MmqInput::Int8(..) => kernel(ty, tile),
-            MmqInput::Half(_) => half_kernel(ty, tile),
+            MmqInput::Half(..) => half_kernel(ty, tile),
         }
         .ok_or(BackendError::Unsupported { op: OP, ty })?;
         let n_groups = cols / GROUP_COLS;
@@ -140,11 +141,11 @@ impl Mmq {
         let mut launch = device.launch(OP, kernel)?;
         match input {
             MmqInput::Int8(values, scales) => launch.arg(values).arg(scales),
-            MmqInput::Half(halves) => launch.arg(halves),
+            MmqInput::Half(halves, scales) => launch.arg(halves).arg(scales),
         };
         launch.value(projections).arg(&cols).arg(&n_rows).arg(&mut *partials).arg(&mut *arrivals);
         // SAFETY: the copy holds `x` quantized (n_rows * cols values, two floats per 32 of them)
-        // or rounded to f16 (n_rows * cols halves), as the kernel takes;
+        // or rounded to f16 (n_rows * cols halves and a scale per row), as the kernel takes;
         // the projections address weights of `rows * row_bytes` bytes in the layout of layout.rs
         // and outputs of n_rows * rows floats, their blocks numbered 0..tiles; `cols` is whole
         // groups (`supports`) and n_rows at most the kernel's tile. With splits, the scratch holds
@@ -154,10 +155,11 @@ impl Mmq {
     }
 }
 
-/// The activations the kernels read: the int8 copy (values, scales) or the f16 copy.
+/// The activations the kernels read: the int8 copy (values, scales) or the f16 copy (halves, row
+/// scales).
 pub(super) enum MmqInput<'a> {
     Int8(&'a CudaSlice<u8>, &'a CudaSlice<f32>),
-    Half(&'a CudaSlice<u16>),
+    Half(&'a CudaSlice<u16>, &'a CudaSlice<f32>),
 }
 
 /// The f16 kernel of mmq_f16.cu for Q4_K or Q6_K weights and an input-row tile of up to 32.

@@ -371,7 +371,7 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
         out.invalidate_quantized();
-        elementwise::swiglu(self, gate, up, len, false, out)
+        elementwise::swiglu(self, gate, up, len, out)
     }
 
     fn swiglu_matmuls(
@@ -401,8 +401,7 @@ impl Backend for CudaBackend {
             }
         }
         self.matmuls(x, n_rows, &mut [(gate_weight, &mut *gate), (up_weight, &mut *up)])?;
-        // Here the batch's rows are known: the down projection's input gets its f16 copy.
-        elementwise::swiglu(self, gate, up, len, self.writes_halves(n_rows), act)
+        elementwise::swiglu(self, gate, up, len, act)
     }
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor, len: usize) -> Result<(), BackendError> {

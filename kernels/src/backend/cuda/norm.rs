@@ -94,13 +94,13 @@ pub(super) fn rms_norm(
     }
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
-        let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
-        launch.arg(values).arg(scales).arg(halves);
+        let buffers = copy.buffers(device, OP, n_values, n_rows as usize, halves)?;
+        launch.arg(buffers.values).arg(buffers.scales).arg(buffers.halves).arg(buffers.half_scales);
     }
     // SAFETY: the shape check guarantees `n_rows` rows in `x` and `out`; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
     // copy holds a byte per value and two floats per block, and the f16 copy (or null) a half per
-    // value.
+    // value and a float per row.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
         copy.mark_written(epoch, n_values, halves);
@@ -138,13 +138,13 @@ pub(super) fn add_rms_norm(
     }
     launch.arg(&eps).arg(&mut out.buf);
     if quantize {
-        let (values, scales, halves) = copy.buffers(device, OP, n_values, halves)?;
-        launch.arg(values).arg(scales).arg(halves);
+        let buffers = copy.buffers(device, OP, n_values, n_rows as usize, halves)?;
+        launch.arg(buffers.values).arg(buffers.scales).arg(buffers.halves).arg(buffers.half_scales);
     }
     // SAFETY: the shape check guarantees `n_rows` rows in every buffer; the register kernels only
     // run on rows that are whole float4, and the quantizing ones on rows of whole blocks, whose
     // copy holds a byte per value and two floats per block, and the f16 copy (or null) a half per
-    // value.
+    // value and a float per row.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if quantize {
         copy.mark_written(epoch, n_values, halves);

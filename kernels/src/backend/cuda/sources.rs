@@ -156,6 +156,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "dequantize_f16_q5_k",
             "dequantize_f16_q6_k",
             "round_f16",
+            "round_f16_rows",
             "round_bf16",
         ],
     },
