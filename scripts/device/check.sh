@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [switches]
+#        [switches] [mmq-profile] [durations23]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -123,8 +123,32 @@ if has durations; then
             "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 6 --forward 0 \
             --repetitions 1 --warmup 0 >"$out/durations.csv" 2>"$out/durations.err"
         python3 scripts/device/kernel_times.py "$out/durations.csv" | tee "$out/durations.txt"
-        # The same for one verify forward of 23 rows (its launches follow the model's load).
-        "$ncu" --metrics gpu__time_duration.sum --csv --launch-count 1500 \
+    else
+        echo "no ncu: skipping the kernel durations"
+    fi
+fi
+if has mmq-profile; then
+    # Nsight Compute's throughput, occupancy and stall sections for the f16 mmq kernels of a
+    # 23-row verify forward (attn_q and the LM head's Q6_K): what limits them.
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    if [ -n "$ncu" ]; then
+        "$ncu" --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+            -k regex:mmq_f16_q._k_24 --launch-count 3 \
+            "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 \
+            --repetitions 1 --warmup 0 >"$out/mmq-profile.txt" 2>&1
+        grep -E "mmq_f16|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Registers|Grid Size|Block Limit|Warp Cycles Per Issued|Issued Warp|Stall|One or More" "$out/mmq-profile.txt" | head -60
+    else
+        echo "no ncu: skipping the mmq profile"
+    fi
+fi
+if has durations23; then
+    # The same for one verify forward of 23 rows, op by op (the first forward of a shape runs
+    # before its graph is recorded).
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    if [ -n "$ncu" ]; then
+        "$ncu" --metrics gpu__time_duration.sum --csv --launch-count 600 \
             "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 \
             --repetitions 1 --warmup 0 >"$out/durations23.csv" 2>"$out/durations23.err"
         python3 scripts/device/kernel_times.py "$out/durations23.csv" | tee "$out/durations23.txt"
@@ -137,11 +161,14 @@ if has bf16; then
     "$bin/canopy" bench "$models/b8b.gguf" --backend cuda --prefill 512 --decode 128 --forward 1,23 --repetitions 3 2>&1 | tee "$out/bench-b8b.txt"
 fi
 if has switches; then
-    # The switchable paths: matmul parity with each turned off, and same-binary A/Bs of verify
-    # forwards (the f16 mmq kernels against the int8 ones) and of decode (the fused SwiGLU).
-    CANOPY_CUDA_MMQ_F16=0 CANOPY_CUDA_FUSED_DECODE=0 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 \
-        --nocapture matmul >"$out/parity-switched-off.txt" 2>&1
-    echo "matmul parity with both off: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-switched-off.txt"
+    # The switchable paths: matmul and attention parity with each switched from its default (the
+    # int8 mmq kernels, the fused decode epilogues), and same-binary A/Bs of verify forwards (the
+    # f16 mmq kernels against the int8 ones) and of decode (the fused epilogues).
+    for filter in matmul attention; do
+        CANOPY_CUDA_MMQ_F16=0 CANOPY_CUDA_FUSED_DECODE=1 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 \
+            --nocapture "$filter" >"$out/parity-switched-$filter.txt" 2>&1
+        echo "$filter parity, both switched: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-switched-$filter.txt"
+    done
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     for round in 1 2; do
         for f16 in 1 0; do

@@ -271,9 +271,9 @@ fn attention_parity(
     check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), tolerance);
 }
 
-/// `project_attention_inputs` against the CPU: one token takes the fused decode kernels (the
-/// q/k/v launch finishes the heads), for one weight type and for Q4_K_M's Q4_K/Q6_K mix; three
-/// tokens the separate ops. Twice each, so that the fused kernels' arrival counters must be back at
+/// `project_attention_inputs` against the CPU: one token takes the fused decode kernels when they
+/// are on (`CANOPY_CUDA_FUSED_DECODE=1`: the q/k/v launch finishes the heads), for one weight type
+/// and for Q4_K_M's Q4_K/Q6_K mix; three tokens the separate ops. Twice each, so that the fused kernels' arrival counters must be back at
 /// zero. The int8 activations bound the error (the matmul tolerance, carried through the norms).
 #[test]
 fn projected_attention_inputs_match_cpu() {

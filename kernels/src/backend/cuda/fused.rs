@@ -3,7 +3,8 @@
 //! the last block to store a chunk of 32 rows of both computes that chunk's activations and their
 //! int8 copy), and q, k and v projections that finish their heads (`matvec_q8_heads_*`: the last
 //! block to store a row of a head normalises and rotates it, and stores keys and values in the
-//! pools). `CANOPY_CUDA_FUSED_DECODE=0` turns both off.
+//! pools). They are off unless `CANOPY_CUDA_FUSED_DECODE=1`: on an H200 they made Qwen3-8B
+//! Q4_K_M decode 6 % slower than the separate launches (docs/performance.md, session 15).
 
 use std::sync::{Mutex, PoisonError};
 
@@ -76,7 +77,7 @@ pub(super) struct FusedDecode {
 
 impl FusedDecode {
     pub fn new() -> Self {
-        let enabled = std::env::var("CANOPY_CUDA_FUSED_DECODE").map_or(true, |value| value.trim() != "0");
+        let enabled = std::env::var("CANOPY_CUDA_FUSED_DECODE").is_ok_and(|value| value.trim() == "1");
         Self { enabled, swiglu_arrivals: Mutex::default(), head_arrivals: Mutex::default() }
     }
 
