@@ -111,21 +111,28 @@ if has profile; then
         echo "no nsys (or no 8b model): skipping the profile"
     fi
 fi
-if has durations; then
-    # Each kernel's device time in a few 8B decode steps, run alone under Nsight Compute (graph
-    # nodes included): which kernels a step spends its time in, and, summed against fwd1, how much
-    # the overlap of programmatic launches and the gaps between kernels add or save.
+# Each kernel's device time in one run of `canopy bench` on the 8B, every launch alone under
+# Nsight Compute (graph nodes included), summed per kernel into $out/$1.txt; the rest of the
+# arguments go to ncu before the command.
+kernel_durations() {
+    local name=$1
+    shift
+    local ncu
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
-    if [ -n "$ncu" ]; then
-        # Past the op-by-op and recording steps: the launches of about one replayed step.
-        "$ncu" --metrics gpu__time_duration.sum --csv --launch-skip 700 --launch-count 340 \
-            "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 6 --forward 0 \
-            --repetitions 1 --warmup 0 >"$out/durations.csv" 2>"$out/durations.err"
-        python3 scripts/device/kernel_times.py "$out/durations.csv" | tee "$out/durations.txt"
-    else
+    if [ -z "$ncu" ]; then
         echo "no ncu: skipping the kernel durations"
+        return
     fi
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    "$ncu" --metrics gpu__time_duration.sum --csv "$@" >"$out/$name.csv" 2>"$out/$name.err"
+    python3 scripts/device/kernel_times.py "$out/$name.csv" | tee "$out/$name.txt"
+}
+if has durations; then
+    # A few decode steps, past the op-by-op and recording steps: the launches of about one
+    # replayed step. Which kernels a step spends its time in, and, summed against fwd1, how much
+    # the overlap of programmatic launches and the gaps between kernels add or save.
+    kernel_durations durations --launch-skip 700 --launch-count 340 \
+        "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 6 --forward 0 --repetitions 1 --warmup 0
 fi
 if has mmq-profile; then
     # Nsight Compute's throughput, occupancy and stall sections for the f16 mmq kernels of a
@@ -143,18 +150,10 @@ if has mmq-profile; then
     fi
 fi
 if has durations23; then
-    # The same for one verify forward of 23 rows, op by op (the first forward of a shape runs
-    # before its graph is recorded).
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
-    if [ -n "$ncu" ]; then
-        "$ncu" --metrics gpu__time_duration.sum --csv --launch-count 600 \
-            "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 \
-            --repetitions 1 --warmup 0 >"$out/durations23.csv" 2>"$out/durations23.err"
-        python3 scripts/device/kernel_times.py "$out/durations23.csv" | tee "$out/durations23.txt"
-    else
-        echo "no ncu: skipping the kernel durations"
-    fi
+    # One verify forward of 23 rows, op by op (the first forward of a shape runs before its graph
+    # is recorded).
+    kernel_durations durations23 --launch-count 600 \
+        "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 --repetitions 1 --warmup 0
 fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null
