@@ -3,10 +3,28 @@
 // would otherwise spend six launches, each worth a few kilobytes, on this.
 //
 // One warp per (token, head) task, token after token: its query heads, then its key heads, then
-// its value heads. A query or key warp finishes its head (common.cuh's finish_head); a value warp
-// copies its head into the pool. Slots past the pools are skipped, as in write_kv.
+// its value heads. A query or key warp keeps its normalised head in shared memory, so that every
+// lane can read the partner of its dimensions in either pairing; the rotation is rope.cu's. A
+// value warp copies its head into the pool. Slots past the pools are skipped, as in write_kv.
 
 #define INPUT_WARPS 4
+#define INPUT_MAX_HEAD_DIM 512
+
+// Dimension d (< rotary_dim) of a normalised head after its rotation by position `position`.
+__device__ __forceinline__ float rotated(const float *h, u32 d, u32 rotary_dim, bool neox, float position,
+                                         float theta) {
+    const u32 pairs = rotary_dim / 2;
+    const bool leading = neox ? d < pairs : d % 2 == 0;
+    const u32 pair = neox ? (leading ? d : d - pairs) : d / 2;
+    const u32 ia = neox ? pair : 2 * pair;
+    const u32 ib = neox ? pair + pairs : 2 * pair + 1;
+    const float inv_freq = 1.0f / powf(theta, (float)(2 * pair) / (float)rotary_dim);
+    float sin_angle, cos_angle;
+    sincosf(position * inv_freq, &sin_angle, &cos_angle);
+    const float a = h[ia];
+    const float b = h[ib];
+    return leading ? a * cos_angle - b * sin_angle : a * sin_angle + b * cos_angle;
+}
 
 extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
     attention_inputs(const float *q_raw, const float *k_raw, const float *v, const float *q_norm,
@@ -16,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
     wait_for_previous_kernel();
     // The attention that follows fetches its committed keys and values meanwhile.
     let_next_kernel_start();
-    __shared__ float heads[INPUT_WARPS][MAX_FINISHED_HEAD_DIM];
+    __shared__ float heads[INPUT_WARPS][INPUT_MAX_HEAD_DIM];
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 lane = threadIdx.x % WARP_SIZE;
     const u32 per_row = n_heads + 2 * n_kv_heads;
@@ -42,8 +60,28 @@ extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
     const bool is_query = head < n_heads;
     const u32 h = is_query ? head : head - n_heads;
     const size_t offset = is_query ? ((size_t)row * n_heads + h) * head_dim : row * kv_row_len + h * head_dim;
+    const float *src = (is_query ? q_raw : k_raw) + offset;
+    const float *weight = is_query ? q_norm : k_norm;
+    float *normed = heads[warp];
+    float squares = 0.0f;
+    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
+        const float x = src[d];
+        normed[d] = x;
+        squares += x * x;
+    }
+    const float scale = 1.0f / sqrtf(warp_sum(squares) / (float)head_dim + eps);
+    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
+        normed[d] = normed[d] * scale * weight[d];
+    }
+    __syncwarp();
+    const float position = (float)positions[row];
+    float *dst = (is_query ? q : k) + offset;
     float *pooled = !is_query && slot < pool_rows ? k_pool + slot * kv_row_len + h * head_dim : nullptr;
-    const HeadRotation rotation = {rotary_dim, neox != 0, (float)positions[row], theta};
-    finish_head((is_query ? q_raw : k_raw) + offset, is_query ? q_norm : k_norm, eps, head_dim, rotation,
-                heads[warp], (is_query ? q : k) + offset, pooled);
+    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
+        const float value = d < rotary_dim ? rotated(normed, d, rotary_dim, neox != 0, position, theta) : normed[d];
+        dst[d] = value;
+        if (pooled != nullptr) {
+            pooled[d] = value;
+        }
+    }
 }

@@ -102,65 +102,6 @@ __device__ float block_max(float v) {
     return warp_max(lane < n_warps ? partial[lane] : -INFINITY);
 }
 
-// Dimension d (< rotary_dim) of a normalised head after its rotation by position `position`.
-__device__ __forceinline__ float rotated(const float *h, u32 d, u32 rotary_dim, bool neox, float position,
-                                         float theta) {
-    const u32 pairs = rotary_dim / 2;
-    const bool leading = neox ? d < pairs : d % 2 == 0;
-    const u32 pair = neox ? (leading ? d : d - pairs) : d / 2;
-    const u32 ia = neox ? pair : 2 * pair;
-    const u32 ib = neox ? pair + pairs : 2 * pair + 1;
-    const float inv_freq = 1.0f / powf(theta, (float)(2 * pair) / (float)rotary_dim);
-    float sin_angle, cos_angle;
-    sincosf(position * inv_freq, &sin_angle, &cos_angle);
-    const float a = h[ia];
-    const float b = h[ib];
-    return leading ? a * cos_angle - b * sin_angle : a * sin_angle + b * cos_angle;
-}
-
-// The largest head finish_head takes (its shared scratch).
-#define MAX_FINISHED_HEAD_DIM 512
-
-// How a head is rotated: its first rotary_dim dimensions, in NeoX pairs (d, d + rotary_dim / 2)
-// or adjacent ones, by angles position / theta^(2 pair / rotary_dim).
-struct HeadRotation {
-    u32 rotary_dim;
-    bool neox;
-    float position;
-    float theta;
-};
-
-// One warp finishes a query or key head: RMS-normalises `src` (head_dim values) with `weight`,
-// rotates it, and writes it to `dst` and, unless null, to `pooled` (its KV pool row). The head
-// goes through `scratch` (head_dim floats of the warp's shared memory), so that every lane can
-// read the partner of its dimensions in either pairing; the rotation is rope.cu's. `src` is read
-// past L1: the fused projections (matvec_quant.cu) finish heads that other blocks wrote. Used by
-// attention_inputs.cu and those.
-__device__ void finish_head(const float *src, const float *weight, float eps, u32 head_dim,
-                            const HeadRotation &rotation, float *scratch, float *dst, float *pooled) {
-    const u32 lane = threadIdx.x % WARP_SIZE;
-    float squares = 0.0f;
-    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
-        const float x = __ldcg(src + d);
-        scratch[d] = x;
-        squares += x * x;
-    }
-    const float scale = 1.0f / sqrtf(warp_sum(squares) / (float)head_dim + eps);
-    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
-        scratch[d] = scratch[d] * scale * weight[d];
-    }
-    __syncwarp();
-    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
-        const float value = d < rotation.rotary_dim ? rotated(scratch, d, rotation.rotary_dim, rotation.neox,
-                                                              rotation.position, rotation.theta)
-                                                    : scratch[d];
-        dst[d] = value;
-        if (pooled != nullptr) {
-            pooled[d] = value;
-        }
-    }
-}
-
 // Division by a divisor fixed for a launch, without the dozen-instruction sequence of an integer
 // division: for n < 2^31, n / divisor = (umulhi(n, multiplier) + n) >> shift, with multiplier
 // and shift chosen on the host (divisor.rs, after Granlund and Montgomery).

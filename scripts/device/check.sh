@@ -160,13 +160,13 @@ if has bf16; then
     "$bin/canopy" bench "$models/b8b.gguf" --backend cuda --prefill 512 --decode 128 --forward 1,23 --repetitions 3 2>&1 | tee "$out/bench-b8b.txt"
 fi
 if has switches; then
-    # The switchable paths: matmul and attention parity with each switched from its default (the
-    # int8 mmq kernels, the fused decode epilogues), and same-binary A/Bs of verify forwards (the
-    # f16 mmq kernels against the int8 ones) and of decode (the fused epilogues).
+    # The switchable paths: matmul and attention parity with the int8 mmq kernels instead of the
+    # default f16 ones, and same-binary A/Bs of verify forwards (the f16 mmq kernels against the
+    # int8 ones, and mmq from 2 rows against the dp4a pair and quad kernels).
     for filter in matmul attention; do
-        CANOPY_CUDA_MMQ_F16=0 CANOPY_CUDA_FUSED_DECODE=1 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 \
+        CANOPY_CUDA_MMQ_F16=0 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 \
             --nocapture "$filter" >"$out/parity-switched-$filter.txt" 2>&1
-        echo "$filter parity, both switched: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-switched-$filter.txt"
+        echo "$filter parity, int8 mmq: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-switched-$filter.txt"
     done
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     for round in 1 2; do
@@ -182,11 +182,6 @@ if has switches; then
             CANOPY_CUDA_MMQ_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
                 --decode 0 --forward 2,3,4 --repetitions 3 2>&1 | grep -E "fwd"
         done
-        for fused in 1 0; do
-            echo "== CANOPY_CUDA_FUSED_DECODE=$fused (round $round)"
-            CANOPY_CUDA_FUSED_DECODE=$fused "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
-                --decode 128 --forward 1 --repetitions 3 2>&1 | grep -E "tg|fwd"
-        done
     done | tee "$out/switches.txt"
 fi
 if has ab; then
@@ -197,7 +192,7 @@ if has ab; then
     for round in 1 2; do
         for build in $builds canopy; do
             echo "== $build (round $round)"
-            "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,23 \
+            "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,8,23,32 \
                 --repetitions 3 2>&1 | grep -E "tg|fwd"
         done
     done | tee "$out/ab.txt"

@@ -9,12 +9,10 @@
 mod common;
 mod emulated;
 
-use canopy_kernel_emulator::LaunchShape;
 use canopy_kernels::quant::GgmlType;
 use common::Rng;
 use emulated::{
-    DeviceBuffer, DeviceWeight, Projections, Q8Copy, check, check_q8_copy, cpu_matmul, int8_exact_row, ptr,
-    quantize_q8, run, run_matvec, type_suffix,
+    DeviceWeight, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, run_matvec, type_suffix,
 };
 
 const QUANTIZED: [GgmlType; 4] = [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K];
@@ -109,64 +107,5 @@ fn mixed_decode_kernel_matches_cpu() {
     run_matvec("matvec_q8_decode_q4_k_q6_k", &copy, &projections, cols, 1, Some(second_block));
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
         check(&format!("mixed projection {p}"), out, &cpu_matmul(weight, &x, 1), TOLERANCE);
-    }
-}
-
-/// The fused kernels' `SwigluTarget` (matvec_quant.cu), field for field.
-#[repr(C)]
-struct SwigluTarget {
-    act: u64,
-    q: u64,
-    q_scales: u64,
-    arrivals: u64,
-}
-
-/// Decode gate and up projections that finish SwiGLU and its int8 copy in the same launch: 96
-/// rows are three chunks of 32; 1280 columns leave a partial group.
-#[test]
-fn fused_swiglu_decode_matches_cpu() {
-    let mut rng = Rng::new(24);
-    let (rows, cols) = (96, 1280);
-    for ty in QUANTIZED {
-        let [gate_weight, up_weight] = [0, 1].map(|_| DeviceWeight::random(ty, rows, cols, &mut rng));
-        let x = int8_exact_row(cols, &mut rng);
-        let mut copy = quantize_q8(&x);
-        let (mut gate, mut up) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
-        let mut projections = Projections::default();
-        projections.push(&gate_weight, &mut gate, 4);
-        projections.push(&up_weight, &mut up, 4);
-        let mut act = DeviceBuffer::from_floats(&vec![f32::NAN; rows]);
-        let mut act_copy = Q8Copy::zeroed(rows);
-        let mut arrivals = DeviceBuffer::zeroed(4 * rows / 32);
-        let mut target = SwigluTarget {
-            act: act.address(),
-            q: act_copy.values.address(),
-            q_scales: act_copy.scales.address(),
-            arrivals: arrivals.address(),
-        };
-        let (mut q, mut scales) = (copy.values.address(), copy.scales.address());
-        let mut projections_arg = Projections { ..projections };
-        let (mut cols_arg, mut n_rows) = (cols as u32, 1u32);
-        let kernel = kernel(ty, 1).replace("decode", "swiglu");
-        run(
-            &kernel,
-            LaunchShape::linear(projections_arg.blocks(), 128),
-            &mut [
-                ptr(&mut q),
-                ptr(&mut scales),
-                ptr(&mut projections_arg),
-                ptr(&mut cols_arg),
-                ptr(&mut n_rows),
-                ptr(&mut target),
-            ],
-        );
-        let (want_gate, want_up) = (cpu_matmul(&gate_weight, &x, 1), cpu_matmul(&up_weight, &x, 1));
-        let want: Vec<f32> =
-            want_gate.iter().zip(&want_up).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
-        check(&format!("{kernel} gate"), &gate, &want_gate, TOLERANCE);
-        check(&format!("{kernel} up"), &up, &want_up, TOLERANCE);
-        check(&format!("{kernel} act"), &act.floats(rows), &want, TOLERANCE);
-        check_q8_copy(&kernel, &act_copy, &want, TOLERANCE);
-        assert!(arrivals.words(rows / 32).iter().all(|&c| c == 0), "{kernel}: arrival counters reset");
     }
 }

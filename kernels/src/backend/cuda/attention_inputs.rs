@@ -11,72 +11,37 @@ use crate::backend::{
 const OP: &str = "attention_inputs";
 /// Warps per block, a task each (`INPUT_WARPS`).
 const WARPS: usize = 4;
-/// The largest head the kernel holds in shared memory (`MAX_FINISHED_HEAD_DIM`, common.cuh).
+/// The largest head the kernel holds in shared memory (`INPUT_MAX_HEAD_DIM`).
 const MAX_HEAD_DIM: usize = 512;
-
-/// What the fused kernels (here and in fused.rs) take of a call: everything shape-checked.
-pub(super) struct HeadShape {
-    pub pool_rows: u32,
-    pub n_rows: u32,
-    pub n_heads: u32,
-    pub n_kv_heads: u32,
-    pub head_dim: u32,
-    pub rotary_dim: u32,
-    pub neox: u32,
-}
-
-impl HeadShape {
-    /// The shape of a call the fused kernels take, checked; `None` when they do not take it
-    /// (queries and keys rotated differently, norms of other than whole heads, heads beyond
-    /// MAX_HEAD_DIM): the ops one at a time then also report what is wrong with a malformed call.
-    pub fn of(
-        inputs: &AttentionInputs<'_, CudaBackend>,
-        targets: &AttentionTargets<'_, CudaBackend>,
-    ) -> Result<Option<Self>, BackendError> {
-        let AttentionInputs { q_raw, k_raw, v, heads } = *inputs;
-        let HeadParams { q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } = heads;
-        let head_dim = q_rope.head_dim;
-        let fused = k_rope.head_dim == head_dim
-            && k_rope.rotary_dim == q_rope.rotary_dim
-            && k_rope.theta == q_rope.theta
-            && k_rope.style == q_rope.style
-            && q_norm.len() == head_dim
-            && k_norm.len() == head_dim
-            && head_dim <= MAX_HEAD_DIM;
-        if !fused {
-            return Ok(None);
-        }
-        let AttentionTargets { q, k, k_pool, v_pool } = targets;
-        shape::rms_norm(OP, &[("q_raw", q_raw.len()), ("q", q.len())], q_norm, n_rows * q_rope.n_heads, eps)?;
-        shape::rms_norm(OP, &[("k_raw", k_raw.len()), ("k", k.len())], k_norm, n_rows * k_rope.n_heads, eps)?;
-        shape::rope(&**q, positions, n_rows, &q_rope)?;
-        shape::rope(&**k, positions, n_rows, &k_rope)?;
-        let kv_width = k_rope.row_len();
-        let k_rows = shape::write_kv(&**k_pool, &**k, slots, n_rows, kv_width)?;
-        let v_rows = shape::write_kv(&**v_pool, v, slots, n_rows, kv_width)?;
-        Ok(Some(Self {
-            pool_rows: to_u32(OP, "pool rows", k_rows.min(v_rows))?,
-            n_rows: to_u32(OP, "n_rows", n_rows)?,
-            n_heads: to_u32(OP, "n_heads", q_rope.n_heads)?,
-            n_kv_heads: to_u32(OP, "n_kv_heads", k_rope.n_heads)?,
-            head_dim: to_u32(OP, "head_dim", head_dim)?,
-            rotary_dim: to_u32(OP, "rotary_dim", q_rope.rotary_dim)?,
-            neox: u32::from(q_rope.style == RopeStyle::Neox),
-        }))
-    }
-}
 
 pub(super) fn attention_inputs(
     backend: &CudaBackend,
     inputs: &AttentionInputs<'_, CudaBackend>,
     targets: AttentionTargets<'_, CudaBackend>,
 ) -> Result<(), BackendError> {
-    let Some(head_shape) = HeadShape::of(inputs, &targets)? else {
-        return attention_inputs::one_op_at_a_time(backend, inputs, targets);
-    };
     let AttentionInputs { q_raw, k_raw, v, heads } = *inputs;
     let HeadParams { q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } = heads;
+    let head_dim = q_rope.head_dim;
+    // The kernel rotates queries and keys alike and normalises whole heads; anything else takes
+    // the ops one at a time, which also report what is wrong with a malformed call.
+    let fused = k_rope.head_dim == head_dim
+        && k_rope.rotary_dim == q_rope.rotary_dim
+        && k_rope.theta == q_rope.theta
+        && k_rope.style == q_rope.style
+        && q_norm.len() == head_dim
+        && k_norm.len() == head_dim
+        && head_dim <= MAX_HEAD_DIM;
+    if !fused {
+        return attention_inputs::one_op_at_a_time(backend, inputs, targets);
+    }
     let AttentionTargets { q, k, k_pool, v_pool } = targets;
+    shape::rms_norm(OP, &[("q_raw", q_raw.len()), ("q", q.len())], q_norm, n_rows * q_rope.n_heads, eps)?;
+    shape::rms_norm(OP, &[("k_raw", k_raw.len()), ("k", k.len())], k_norm, n_rows * k_rope.n_heads, eps)?;
+    shape::rope(q, positions, n_rows, &q_rope)?;
+    shape::rope(k, positions, n_rows, &k_rope)?;
+    let kv_width = k_rope.row_len();
+    let k_rows = shape::write_kv(k_pool, k, slots, n_rows, kv_width)?;
+    let v_rows = shape::write_kv(v_pool, v, slots, n_rows, kv_width)?;
     let tasks = shape::elements(OP, n_rows, q_rope.n_heads + 2 * k_rope.n_heads)?;
     if tasks == 0 {
         return Ok(());
@@ -84,7 +49,13 @@ pub(super) fn attention_inputs(
     for written in [&mut *q, &mut *k, &mut *k_pool, &mut *v_pool] {
         written.invalidate_quantized();
     }
-    let HeadShape { pool_rows, n_rows, n_heads, n_kv_heads, head_dim, rotary_dim, neox } = head_shape;
+    let pool_rows = to_u32(OP, "pool rows", k_rows.min(v_rows))?;
+    let n_rows = to_u32(OP, "n_rows", n_rows)?;
+    let n_heads = to_u32(OP, "n_heads", q_rope.n_heads)?;
+    let n_kv_heads = to_u32(OP, "n_kv_heads", k_rope.n_heads)?;
+    let head_dim = to_u32(OP, "head_dim", head_dim)?;
+    let rotary_dim = to_u32(OP, "rotary_dim", q_rope.rotary_dim)?;
+    let neox = u32::from(q_rope.style == RopeStyle::Neox);
     let mut launch = backend.device.launch(OP, "attention_inputs")?;
     launch
         .arg(&q_raw.buf)

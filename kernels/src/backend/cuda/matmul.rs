@@ -248,7 +248,7 @@ fn quantized_matmuls(
 }
 
 /// Rounds the first `n_values` of `x` (whole rows of whole blocks of 32) into its int8 copy.
-pub(super) fn quantize(
+fn quantize(
     device: &Device,
     x: &CudaTensor,
     n_values: usize,
@@ -292,7 +292,7 @@ fn round_f16_rows(
 impl Projections {
     /// The table of `group`'s weights and outputs, projection p taking `rows_per_block(p)` rows a
     /// block, and the number of blocks.
-    pub fn table(
+    fn table(
         device: &Device,
         group: &mut [(&CudaWeight, &mut CudaTensor)],
         rows_per_block: impl Fn(usize) -> usize,

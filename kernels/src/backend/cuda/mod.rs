@@ -30,7 +30,6 @@ mod context;
 mod divisor;
 mod elementwise;
 mod error;
-mod fused;
 mod gemm;
 mod graph;
 mod launch;
@@ -60,14 +59,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::{
-    AttentionBatch, AttentionInputs, AttentionParams, AttentionProjections, AttentionTargets, Backend,
-    BackendError, HeadParams, RopeParams, shape,
+    AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, BackendError, RopeParams,
+    shape,
 };
 use crate::quant::GgmlType;
 use attention::SplitAttention;
 use attention_prefill::PrefillAttention;
 use context::Device;
-use fused::FusedDecode;
 use gemm::Gemm;
 use memory::ScratchBuffer;
 use mmq::Mmq;
@@ -80,8 +78,6 @@ pub struct CudaBackend {
     gemm: Option<Gemm>,
     /// The smallest batch that takes the GEMM.
     gemm_min_rows: usize,
-    /// Decode-step matmuls that finish SwiGLU or the attention heads themselves.
-    fused: FusedDecode,
     /// Tensor-core int8 kernels for verify-sized batches of block-quantized weights; absent
     /// before sm_80.
     mmq: Option<Mmq>,
@@ -110,7 +106,6 @@ impl CudaBackend {
             gemm,
             gemm_min_rows: gemm::min_gemm_rows(),
             mmq,
-            fused: FusedDecode::new(),
             split_attention,
             argmax_ids: Mutex::default(),
             prefill_attention,
@@ -302,18 +297,6 @@ impl Backend for CudaBackend {
         attention_inputs::attention_inputs(self, inputs, targets)
     }
 
-    fn project_attention_inputs(
-        &self,
-        projections: AttentionProjections<'_, Self>,
-        heads: &HeadParams<'_, Self>,
-        targets: AttentionTargets<'_, Self>,
-    ) -> Result<(), BackendError> {
-        match self.fused.heads_kernel(&projections, heads) {
-            Some(kernel) => self.fused.heads(self, kernel, projections, heads, targets),
-            None => super::attention_inputs::projections_then_inputs(self, projections, heads, targets),
-        }
-    }
-
     fn write_kv(
         &self,
         pool: &mut CudaTensor,
@@ -372,36 +355,6 @@ impl Backend for CudaBackend {
     ) -> Result<(), BackendError> {
         out.invalidate_quantized();
         elementwise::swiglu(self, gate, up, len, out)
-    }
-
-    fn swiglu_matmuls(
-        &self,
-        x: &CudaTensor,
-        n_rows: usize,
-        (gate_weight, gate): (&CudaWeight, &mut CudaTensor),
-        (up_weight, up): (&CudaWeight, &mut CudaTensor),
-        act: &mut CudaTensor,
-    ) -> Result<(), BackendError> {
-        let len = shape::swiglu_matmuls(x, n_rows, (gate_weight, &*gate), (up_weight, &*up), &*act)?;
-        for tensor in [&mut *gate, &mut *up, &mut *act] {
-            tensor.invalidate_quantized();
-        }
-        if n_rows == 1 {
-            let epoch = self.epoch.load(Ordering::Relaxed);
-            let fused = self.fused.swiglu(
-                &self.device,
-                epoch,
-                x,
-                (gate_weight, &mut *gate),
-                (up_weight, &mut *up),
-                act,
-            )?;
-            if fused {
-                return Ok(());
-            }
-        }
-        self.matmuls(x, n_rows, &mut [(gate_weight, &mut *gate), (up_weight, &mut *up)])?;
-        elementwise::swiglu(self, gate, up, len, act)
     }
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor, len: usize) -> Result<(), BackendError> {
