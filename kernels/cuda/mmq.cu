@@ -147,14 +147,16 @@ template <int STRIDE> struct Int8Activations {
     // Unrolled, the int8 steps spill.
     static const int GROUP_UNROLL = 1;
     template <int NT> using Tile = MmqTile<NT, STRIDE>;
+    // Sets of MMQ_WARPS warps that share each group's sub-blocks (see mmq below).
+    static const int K_PARTS = 1;
     // What input row n's sums are multiplied by: the int8 copy is not scaled by rows.
     __device__ static float row_scale(const Input &, u32) { return 1.0f; }
 
     // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
-    template <int NT>
+    template <int NT, int THREADS>
     __device__ static void stage(Tile<NT> &tile, const Input &x, u32 cols, u32 n_rows, u32 group) {
         const int chunks_per_row = MMQ_GROUP_COLS / 16;
-        for (int i = threadIdx.x; i < NT * chunks_per_row; i += MMQ_THREADS) {
+        for (int i = threadIdx.x; i < NT * chunks_per_row; i += THREADS) {
             const u32 n = i / chunks_per_row;
             const int chunk = i % chunks_per_row;
             const bool live = n < n_rows;
@@ -162,7 +164,7 @@ template <int STRIDE> struct Int8Activations {
             copy_async_16(&tile.q[n][16 * chunk], src, live);
         }
         const u32 blocks_per_row = cols / Q8_BLOCK;
-        for (int i = threadIdx.x; i < NT * MMQ_SUBS; i += MMQ_THREADS) {
+        for (int i = threadIdx.x; i < NT * MMQ_SUBS; i += THREADS) {
             const u32 n = i / MMQ_SUBS;
             const int s = i % MMQ_SUBS;
             const bool live = n < n_rows;
@@ -400,18 +402,54 @@ template <> struct MmqLanes<FMT_Q6_K> : Int8Activations<MMQ_GROUP_COLS + 16> {
     }
 };
 
-// The tiled product for lanes L (a format and a kind of activations, here or in mmq_f16.cu):
-// n_rows <= NT = 8 NF input rows, cols a multiple of MMQ_GROUP_COLS. With gridDim.y > 1,
-// `partials` holds gridDim.x * gridDim.y tiles of MMQ_ROWS * NT floats and `arrivals` gridDim.x
-// zeros.
+// Which set of MMQ_WARPS warps the thread is in: with L::K_PARTS sets, set p takes part p of every
+// group's sub-blocks (the lanes' load and group pick them), and the sets' sums are added at the end.
+// More warps then share the same weight tile: more loads in flight and shorter dependency chains
+// per SM, where a launch has too few tiles to fill the device (a 4096-row projection has 64).
+__device__ __forceinline__ int k_part() { return threadIdx.x / MMQ_THREADS; }
+
+// Adds the accumulators of every K part to the first part's, in part order, through `exchange`
+// (shared memory the K loop is done with, room for (PARTS - 1) * MMQ_THREADS * NF * 4 floats).
+template <int PARTS, int NF>
+__device__ __forceinline__ void add_k_parts(float (&acc)[NF][4], float *exchange) {
+    const int part = k_part(), slot = threadIdx.x % MMQ_THREADS;
+    __syncthreads();
+    if (part > 0) {
+#pragma unroll
+        for (int f = 0; f < NF; ++f) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                exchange[(((part - 1) * NF + f) * 4 + i) * MMQ_THREADS + slot] = acc[f][i];
+            }
+        }
+    }
+    __syncthreads();
+    if (part == 0) {
+        for (int other = 0; other < PARTS - 1; ++other) {
+#pragma unroll
+            for (int f = 0; f < NF; ++f) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    acc[f][i] += exchange[((other * NF + f) * 4 + i) * MMQ_THREADS + slot];
+                }
+            }
+        }
+    }
+}
+
+// The tiled product for lanes L (a format and a kind of activations, here or in mmq_f16.cu), in
+// blocks of MMQ_THREADS * L::K_PARTS threads: n_rows <= NT = 8 NF input rows, cols a multiple of
+// MMQ_GROUP_COLS. With gridDim.y > 1, `partials` holds gridDim.x * gridDim.y tiles of
+// MMQ_ROWS * NT floats and `arrivals` gridDim.x zeros.
 template <typename L, int NF>
 __device__ void mmq(const typename L::Input &x, const Projections &projections, u32 cols, u32 n_rows,
                     float *partials, u32 *arrivals) {
     wait_for_previous_kernel();
     const int NT = 8 * NF;
+    const int THREADS = MMQ_THREADS * L::K_PARTS;
     const Projection projection = projection_of(projections, blockIdx.x);
     const int lane = threadIdx.x % WARP_SIZE;
-    const int warp = threadIdx.x / WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE % MMQ_WARPS;
     const int g = lane / 4, t = lane % 4;
     const u32 tile_row0 = projection.block * MMQ_ROWS;
     // Rows past the end repeat the last one; their sums are never written.
@@ -430,7 +468,7 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     float acc[NF][4] = {};
     typename L::Raw raw[2];
     if (begin < end) {
-        L::stage(tiles[0], x, cols, n_rows, begin);
+        L::template stage<NT, THREADS>(tiles[0], x, cols, n_rows, begin);
         L::load(rows[0], cols, begin, t, raw[0]);
         L::load(rows[1], cols, begin, t, raw[1]);
     }
@@ -444,7 +482,7 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
         copy_async_wait();
         __syncthreads();
         if (group + 1 < end) {
-            L::stage(tiles[current ^ 1], x, cols, n_rows, group + 1);
+            L::template stage<NT, THREADS>(tiles[current ^ 1], x, cols, n_rows, group + 1);
         }
         // The last group loads itself again rather than branch: the copies below stay unconditional.
         const u32 upcoming = min(group + 1, end - 1);
@@ -454,6 +492,10 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
         L::template group<NF>(raw, tiles[current], g, t, acc);
         raw[0] = next[0];
         raw[1] = next[1];
+    }
+    if (L::K_PARTS > 1) {
+        static_assert(sizeof(tiles) >= (L::K_PARTS - 1) * MMQ_THREADS * NF * 4 * sizeof(float), "exchange room");
+        add_k_parts<L::K_PARTS>(acc, (float *)tiles);
     }
 
     // Accumulator i of fragment f: tile row 16 warp + g + 8 (i / 2), input row 8f + 2t + i % 2.
@@ -468,7 +510,12 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
         }
     }
     const u32 local_row = 16 * warp + g;
+    // The first set writes the sums; every thread takes part in the barriers below.
+    const bool writer = k_part() == 0;
     if (gridDim.y == 1) {
+        if (!writer) {
+            return;
+        }
 #pragma unroll
         for (int f = 0; f < NF; ++f) {
 #pragma unroll
@@ -487,11 +534,13 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     const size_t tile_floats = MMQ_ROWS * NT;
     float *tile_partials = partials + (size_t)blockIdx.x * gridDim.y * tile_floats;
     float *mine = tile_partials + blockIdx.y * tile_floats;
+    if (writer) {
 #pragma unroll
-    for (int f = 0; f < NF; ++f) {
+        for (int f = 0; f < NF; ++f) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            mine[(8 * f + 2 * t + i % 2) * MMQ_ROWS + local_row + 8 * (i / 2)] = acc[f][i];
+            for (int i = 0; i < 4; ++i) {
+                mine[(8 * f + 2 * t + i % 2) * MMQ_ROWS + local_row + 8 * (i / 2)] = acc[f][i];
+            }
         }
     }
     // Each thread's partials reach the device before its block's arrival is counted.
@@ -506,7 +555,7 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
         return;
     }
     __threadfence();
-    for (int i = threadIdx.x; i < MMQ_ROWS * NT; i += MMQ_THREADS) {
+    for (int i = threadIdx.x; i < MMQ_ROWS * NT; i += THREADS) {
         const u32 n = i / MMQ_ROWS;
         const u32 row = tile_row0 + i % MMQ_ROWS;
         if (row < projection.rows && n < n_rows) {

@@ -36,20 +36,28 @@ template <int NT> struct MmhTile {
 struct HalfActivations {
     typedef HalfInput Input;
     static const int GROUP_UNROLL = 2;
+    // Two sets of warps, each taking half of every group's sub-blocks (k_part in mmq.cu): on its
+    // own a set of four warps per 64-row tile left most of the SM's issue slots idle.
+    static const int K_PARTS = 2;
+    static const int PART_SUBS = MMQ_SUBS / K_PARTS;
     template <int NT> using Tile = MmhTile<NT>;
 
     __device__ static float row_scale(const Input &in, u32 n) { return in.scales[n]; }
 
-    // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
-    template <int NT>
+    // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros. A
+    // thread copies the same 16-byte chunk of every row it takes, in a fixed number of passes.
+    template <int NT, int THREADS>
     __device__ static void stage(Tile<NT> &tile, const Input &in, u32 cols, u32 n_rows, u32 group) {
         const int chunks_per_row = MMQ_GROUP_COLS / 8;
-        for (int i = threadIdx.x; i < NT * chunks_per_row; i += MMQ_THREADS) {
-            const u32 n = i / chunks_per_row;
-            const int chunk = i % chunks_per_row;
+        const int rows_per_pass = THREADS / chunks_per_row;
+        static_assert(NT % rows_per_pass == 0, "whole passes");
+        const int chunk = threadIdx.x % chunks_per_row;
+        const u16 *src = in.x + group * MMQ_GROUP_COLS + 8 * chunk;
+#pragma unroll
+        for (int pass = 0; pass < NT / rows_per_pass; ++pass) {
+            const u32 n = pass * rows_per_pass + threadIdx.x / chunks_per_row;
             const bool live = n < n_rows;
-            const u16 *src = live ? in.x + (size_t)n * cols + group * MMQ_GROUP_COLS + 8 * chunk : in.x;
-            copy_async_16(&tile.x[n][8 * chunk], src, live);
+            copy_async_16(&tile.x[n][8 * chunk], src + (size_t)(live ? n : 0) * cols, live);
         }
     }
 };
@@ -91,17 +99,28 @@ __device__ __forceinline__ void mma_sub_block(const u32 (&w)[2][2][2], const Mmh
 template <int FMT> struct MmhLanes;
 
 // Q4_K: lane t's 8-byte load at 32p + 8t holds its columns of sub-blocks 2p (low nibbles) and
-// 2p + 1 (high nibbles), as in mmq.cu.
+// 2p + 1 (high nibbles), as in mmq.cu; K part h takes the pairs p = 2h, 2h + 1.
 template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
-    typedef MmqLanes<FMT_Q4_K>::Raw Raw;
-    __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
-        MmqLanes<FMT_Q4_K>::load(row, cols, group, t, raw);
+    static const int PART_PAIRS = PART_SUBS / 2;
+    struct Raw {
+        uint4 head;
+        uint2 qs[PART_PAIRS];
+    };
+    __device__ static void load(const u8 *row, u32, u32 group, int t, Raw &raw) {
+        const u8 *block = row + (size_t)group * Q4_K_BYTES;
+        const u8 *part = block + 16 + 32 * PART_PAIRS * k_part() + 8 * t;
+        raw.head = *(const uint4 *)block;
+#pragma unroll
+        for (int i = 0; i < PART_PAIRS; ++i) {
+            raw.qs[i] = *(const uint2 *)(part + 32 * i);
+        }
     }
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {
         const __half2 low_base = half2_of(0x64006400u), high_base = half2_of(0x54005400u);
 #pragma unroll
-        for (int p = 0; p < 4; ++p) {
+        for (int i = 0; i < PART_PAIRS; ++i) {
+            const int p = PART_PAIRS * k_part() + i;
             u32 low[2][2][2], high[2][2][2];  // [e][r][k]
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -117,7 +136,7 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
                 const __half2 min_low = __low2half2(neg_min), min_high = __high2half2(neg_min);
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const u32 word = e ? raw[r].qs[p].y : raw[r].qs[p].x;
+                    const u32 word = e ? raw[r].qs[i].y : raw[r].qs[i].x;
 #pragma unroll
                     for (int k = 0; k < 2; ++k) {
                         // Bytes 2k and 2k + 1 of the word in the low bytes of the two halves.
@@ -138,23 +157,21 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
 // Q6_K (split rows, see quant.cuh): sub-block s = 4h + j is quarter j of half h, columns
 // 128h + 32j + l. Lane t's columns l = 8t..8t+7 take the low or high nibbles (j / 2) of ql bytes
 // 64h + 32(j % 2) + l, bits 2j of qh bytes 32h + l, and scale 8h + 2j + t / 2 (one per 16
-// columns, so one per lane and sub-block).
+// columns, so one per lane and sub-block). K part h takes half h.
 template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
     struct Raw {
-        uint2 ql[2][2];  // [h][j % 2]
-        uint2 qh[2];     // [h]
-        uint4 scales;
+        uint2 ql[2];  // [j % 2]
+        uint2 qh;
+        uint2 scales;
         u16 d;
     };
     __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
         const u8 *block = row + (size_t)group * Q6_K_QUANT_BYTES;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            raw.ql[h][0] = *(const uint2 *)(block + 64 * h + 8 * t);
-            raw.ql[h][1] = *(const uint2 *)(block + 64 * h + 32 + 8 * t);
-            raw.qh[h] = *(const uint2 *)(block + 128 + 32 * h + 8 * t);
-        }
-        raw.scales = *(const uint4 *)(block + 192);
+        const int h = k_part();
+        raw.ql[0] = *(const uint2 *)(block + 64 * h + 8 * t);
+        raw.ql[1] = *(const uint2 *)(block + 64 * h + 32 + 8 * t);
+        raw.qh = *(const uint2 *)(block + 128 + 32 * h + 8 * t);
+        raw.scales = *(const uint2 *)(block + 192 + 8 * h);
         raw.d = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
     }
     template <int NF, int NT>
@@ -163,18 +180,17 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
         const __half2 base = half2_of(0x64206420u);
         const int scale_shift = 8 * (t / 2);
 #pragma unroll
-        for (int s = 0; s < MMQ_SUBS; ++s) {
-            const int h = s / 4, j = s % 4;
+        for (int j = 0; j < PART_SUBS; ++j) {
             u32 w[2][2][2];  // [e][r][k]
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const u32 scale_word = (&raw[r].scales.x)[2 * h + j / 2];
+                const u32 scale_word = j / 2 ? raw[r].scales.y : raw[r].scales.x;
                 const int scale = (int)(signed char)(scale_word >> (scale_shift + 16 * (j % 2)));
                 const __half2 d = __float2half2_rn(f16_bits_to_f32(raw[r].d) * (float)scale);
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const u32 ql = e ? raw[r].ql[h][j % 2].y : raw[r].ql[h][j % 2].x;
-                    const u32 qh = e ? raw[r].qh[h].y : raw[r].qh[h].x;
+                    const u32 ql = e ? raw[r].ql[j % 2].y : raw[r].ql[j % 2].x;
+                    const u32 qh = e ? raw[r].qh.y : raw[r].qh.x;
                     const u32 q = ((ql >> (4 * (j / 2))) & 0x0f0f0f0fu) | (((qh >> (2 * j)) & 0x03030303u) << 4);
 #pragma unroll
                     for (int k = 0; k < 2; ++k) {
@@ -183,13 +199,19 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
                     }
                 }
             }
-            mma_sub_block<NF>(w, tile, s, g, t, acc);
+            mma_sub_block<NF>(w, tile, PART_SUBS * k_part() + j, g, t, acc);
         }
     }
 };
 
+// Blocks of both K parts. Up to 24 input rows, three blocks an SM (85 registers; ptxas takes 80
+// with a few spilled bytes): on an H100 fwd23 was 4 % faster than with the two blocks an SM of
+// the mmq.cu kernels' register bound (128), and 3-5 % faster than before the K parts.
+#define MMQ_F16_THREADS (MMQ_THREADS * HalfActivations::K_PARTS)
+#define MMQ_F16_MIN_BLOCKS(NF) ((NF) <= 3 ? 3 : 1)
+
 #define MMQ_F16_KERNEL(SUFFIX, FMT, NF, NT)                                                                     \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS(NF))                              \
+    extern "C" __global__ void __launch_bounds__(MMQ_F16_THREADS, MMQ_F16_MIN_BLOCKS(NF))                      \
         mmq_f16_##SUFFIX##_##NT(const u16 *x, const float *x_scales, const Projections projections, u32 cols,  \
                                 u32 n_rows, float *partials, u32 *arrivals) {                                   \
         mmq<MmhLanes<FMT>, NF>(HalfInput{x, x_scales}, projections, cols, n_rows, partials, arrivals);         \

@@ -372,7 +372,12 @@ pub fn run_mmq(
     let mut projections_arg = Projections { ..*projections };
     let (mut cols, mut n_rows) = (cols as u32, n_rows as u32);
     let (mut partials_ptr, mut arrivals_ptr) = (partials.address(), arrivals.address());
-    let shape = LaunchShape { grid: [tiles, splits, 1], block: [128, 1, 1], dynamic_shared_bytes: 0 };
+    // The f16 kernels run two K parts of four warps (mmq.rs).
+    let threads = match input {
+        MmqInput::Int8(_) => 128,
+        MmqInput::Half(_) => 256,
+    };
+    let shape = LaunchShape { grid: [tiles, splits, 1], block: [threads, 1, 1], dynamic_shared_bytes: 0 };
     let mut args = vec![ptr(&mut first), ptr(&mut second)];
     args.extend([
         ptr(&mut projections_arg),

@@ -35,8 +35,11 @@ const DEFAULT_MIN_ROWS: usize = 3;
 pub(super) const TILE_ROWS: usize = 64;
 /// Columns per step of the kernels' K loop (`MMQ_GROUP_COLS`).
 const GROUP_COLS: usize = 256;
-/// Threads per block (`MMQ_THREADS`).
+/// Threads per block of the int8 kernels (`MMQ_THREADS`).
 const THREADS: u32 = 128;
+/// Threads per block of the f16 kernels (`MMQ_F16_THREADS`): two sets of four warps, each set
+/// taking half of every group's sub-blocks.
+const HALF_THREADS: u32 = 2 * THREADS;
 /// The largest batch of the f16 kernels (mmq_f16.cu).
 const HALF_MAX_ROWS: usize = 32;
 /// The input-row tiles there are kernels for, smallest first.
@@ -114,11 +117,11 @@ impl Mmq {
         let tile = TILES.into_iter().find(|&tile| tile >= n_rows).ok_or_else(|| {
             BackendError::shape(OP, format!("{n_rows} input rows exceed the {MAX_ROWS} of the mmq kernels"))
         })?;
-        let kernel = match input {
-            MmqInput::Int8(..) => kernel(ty, tile),
-            MmqInput::Half(..) => half_kernel(ty, tile),
-        }
-        .ok_or(BackendError::Unsupported { op: OP, ty })?;
+        let (kernel, threads) = match input {
+            MmqInput::Int8(..) => (kernel(ty, tile), THREADS),
+            MmqInput::Half(..) => (half_kernel(ty, tile), HALF_THREADS),
+        };
+        let kernel = kernel.ok_or(BackendError::Unsupported { op: OP, ty })?;
         let n_groups = cols / GROUP_COLS;
         let wanted = (BLOCKS_PER_SM * device.sm_count).div_ceil(tiles as usize);
         let splits = wanted.clamp(1, (n_groups / MIN_GROUPS_PER_SPLIT).max(1));
@@ -133,7 +136,7 @@ impl Mmq {
 
         let config = LaunchConfig {
             grid_dim: (tiles, to_u32(OP, "K splits", splits)?, 1),
-            block_dim: (THREADS, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
         let cols = to_u32(OP, "weight cols", cols)?;
