@@ -5,9 +5,10 @@
 //!
 //! A block computes [`TILE_ROWS`] weight rows by every input row (up to [`MAX_ROWS`]; the kernel
 //! for the smallest input-row tile that holds the batch), so each weight byte is read once. A
-//! weight of few rows makes few such blocks, so K is also split over `grid.y` until the launch
-//! has about [`BLOCKS_PER_SM`] blocks per multiprocessor; the splits' partial tiles go to a
-//! scratch buffer and the last split of each tile to finish adds them up (see mmq.cu).
+//! weight of few rows makes few such blocks, so K is also split over `grid.y`, into splits that
+//! fill the waves of the kernel's resident blocks (see [`k_splits`]); the splits'
+//! partial tiles go to a scratch buffer and the last split of each tile to finish adds them up
+//! (see mmq.cu).
 //!
 //! Batches from 5 rows (`$CANOPY_CUDA_MMQ_MIN_ROWS`, see [`Mmq::new`]) to 64 of Q8_0, Q4_K,
 //! Q5_K and Q6_K weights take it on sm_80 and later devices; rows must be whole groups of
@@ -44,11 +45,6 @@ const HALF_THREADS: u32 = 2 * THREADS;
 const HALF_MAX_ROWS: usize = 32;
 /// The input-row tiles there are kernels for, smallest first.
 const TILES: [usize; 6] = [8, 16, 24, 32, 48, 64];
-/// K is split until the launch has this many blocks per multiprocessor, one wave of the kernels
-/// of up to 24 input rows (128 registers, four blocks an SM). With the next constant, the best of
-/// a sweep of 4, 8 or 12 blocks by 1, 2 or 4 groups on Qwen3-8B's verify shapes on an H200,
-/// though all were within 3 % of each other on fwd23.
-const BLOCKS_PER_SM: usize = 4;
 /// Each split covers at least this many groups, so that its prologue (first loads) and partial
 /// tile stay small against its work.
 const MIN_GROUPS_PER_SPLIT: usize = 4;
@@ -122,9 +118,11 @@ impl Mmq {
             MmqInput::Half(..) => (half_kernel(ty, tile), HALF_THREADS),
         };
         let kernel = kernel.ok_or(BackendError::Unsupported { op: OP, ty })?;
-        let n_groups = cols / GROUP_COLS;
-        let wanted = (BLOCKS_PER_SM * device.sm_count).div_ceil(tiles as usize);
-        let splits = wanted.clamp(1, (n_groups / MIN_GROUPS_PER_SPLIT).max(1));
+        let resident = device
+            .function(OP, kernel)?
+            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+            .map_err(driver(OP))?;
+        let splits = k_splits(tiles as usize, cols / GROUP_COLS, resident as usize * device.sm_count);
 
         let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
         let SplitScratch { partials, arrivals } = &mut *scratch;
@@ -163,6 +161,18 @@ impl Mmq {
 pub(super) enum MmqInput<'a> {
     Int8(&'a CudaSlice<u8>, &'a CudaSlice<f32>),
     Half(&'a CudaSlice<u16>, &'a CudaSlice<f32>),
+}
+
+/// How many K splits a launch of `tiles` tiles by `n_groups` groups takes on a device that holds
+/// `slots` of its blocks at once, each split of at least [`MIN_GROUPS_PER_SPLIT`] groups. A
+/// block's time is about proportional to its groups (a split takes ceil(n_groups / s), as in
+/// mmq.cu) and a partial wave takes as long as a full one: the fewest splits that minimise waves
+/// times groups a block. (Qwen3-8B's down projection at 23 rows on 132 SMs of three blocks: 6
+/// splits of its 64 tiles, one wave of 8 groups, where 9 made 576 blocks, 1.45 waves of 6.)
+fn k_splits(tiles: usize, n_groups: usize, slots: usize) -> usize {
+    let most = (n_groups / MIN_GROUPS_PER_SPLIT).max(1);
+    let cost = |splits: usize| (tiles * splits).div_ceil(slots.max(1)) * n_groups.div_ceil(splits);
+    (2..=most).fold(1, |best, splits| if cost(splits) < cost(best) { splits } else { best })
 }
 
 /// The f16 kernel of mmq_f16.cu for Q4_K or Q6_K weights and an input-row tile of up to 32.
@@ -227,6 +237,24 @@ mod tests {
             assert_eq!(half_kernel(ty, 48), None);
         }
         assert_eq!(half_kernel(GgmlType::Q8_0, 8), None);
+    }
+
+    #[test]
+    fn k_splits_fill_whole_waves_with_splits_of_at_least_four_groups() {
+        // Qwen3-8B at 23 rows on 132 SMs of three blocks: q and k, o, gate and up, down.
+        assert_eq!(k_splits(80, 16, 396), 4);
+        assert_eq!(k_splits(64, 16, 396), 4);
+        assert_eq!(k_splits(384, 16, 396), 1);
+        assert_eq!(k_splits(64, 48, 396), 6);
+        assert_eq!(k_splits(64, 48, 384), 6);
+        // 5 splits of 10 groups in one wave, or 11 of 5 in two: the fewer.
+        assert_eq!(k_splits(64, 48, 383), 5);
+        // Two blocks an SM: one split of gate and up is 1.45 waves, two are 2.9 of half the work.
+        assert_eq!(k_splits(384, 16, 264), 2);
+        // More tiles than slots in whole waves, too few groups to split, a device with no room.
+        assert_eq!(k_splits(2376, 16, 396), 1);
+        assert_eq!(k_splits(4, 7, 396), 1);
+        assert_eq!(k_splits(4, 8, 0), 1);
     }
 
     #[test]
