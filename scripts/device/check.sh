@@ -192,7 +192,7 @@ if has ab; then
     for round in 1 2; do
         for build in $builds canopy; do
             echo "== $build (round $round)"
-            "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,8,23,32 \
+            "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,8,23,32,64 \
                 --repetitions 3 2>&1 | grep -E "tg|fwd"
         done
     done | tee "$out/ab.txt"
