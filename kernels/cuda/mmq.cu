@@ -440,10 +440,11 @@ __device__ __forceinline__ void add_k_parts(float (&acc)[NF][4], float *exchange
 // The tiled product for lanes L (a format and a kind of activations, here or in mmq_f16.cu), in
 // blocks of MMQ_THREADS * L::K_PARTS threads: n_rows <= NT = 8 NF input rows, cols a multiple of
 // MMQ_GROUP_COLS. With gridDim.y > 1, `partials` holds gridDim.x * gridDim.y tiles of
-// MMQ_ROWS * NT floats and `arrivals` gridDim.x zeros.
+// MMQ_ROWS * NT floats and `arrivals` gridDim.x zeros. `tiles`, the activations' double buffer in
+// shared memory, comes from the kernel, so that a kernel of two formats has one.
 template <typename L, int NF>
 __device__ void mmq(const typename L::Input &x, const Projections &projections, u32 cols, u32 n_rows,
-                    float *partials, u32 *arrivals) {
+                    float *partials, u32 *arrivals, typename L::template Tile<8 * NF> (&tiles)[2]) {
     wait_for_previous_kernel();
     const int NT = 8 * NF;
     const int THREADS = MMQ_THREADS * L::K_PARTS;
@@ -464,7 +465,6 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     const u32 begin = min(n_groups, blockIdx.y * per_split);
     const u32 end = min(n_groups, begin + per_split);
 
-    __shared__ __align__(16) typename L::template Tile<NT> tiles[2];
     float acc[NF][4] = {};
     typename L::Raw raw[2];
     if (begin < end) {
@@ -581,7 +581,8 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS(NF))                              \
         mmq_##SUFFIX##_##NT(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols,    \
                             u32 n_rows, float *partials, u32 *arrivals) {                                       \
-        mmq<MmqLanes<FMT>, NF>(Int8Input{x_q, x_scales}, projections, cols, n_rows, partials, arrivals);       \
+        __shared__ __align__(16) MmqLanes<FMT>::Tile<NT> tiles[2];                                              \
+        mmq<MmqLanes<FMT>, NF>(Int8Input{x_q, x_scales}, projections, cols, n_rows, partials, arrivals, tiles); \
     }
 
 // Input-row tiles of 8, 16, 24, 32, 48 and 64 (mmq.rs picks the smallest that holds the batch).

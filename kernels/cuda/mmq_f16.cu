@@ -214,7 +214,24 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
     extern "C" __global__ void __launch_bounds__(MMQ_F16_THREADS, MMQ_F16_MIN_BLOCKS(NF))                      \
         mmq_f16_##SUFFIX##_##NT(const u16 *x, const float *x_scales, const Projections projections, u32 cols,  \
                                 u32 n_rows, float *partials, u32 *arrivals) {                                   \
-        mmq<MmhLanes<FMT>, NF>(HalfInput{x, x_scales}, projections, cols, n_rows, partials, arrivals);         \
+        __shared__ __align__(16) HalfActivations::Tile<NT> tiles[2];                                            \
+        mmq<MmhLanes<FMT>, NF>(HalfInput{x, x_scales}, projections, cols, n_rows, partials, arrivals, tiles);  \
+    }
+
+// Q4_K projections followed by Q6_K ones, from block `second_block` on: Q4_K_M files keep a layer's
+// q and k in Q4_K but half of its v in Q6_K, and the 16 tiles of a 1024-row v launched alone made a
+// sixth of a wave that cost as much as a 4096-row projection.
+#define MMQ_F16_MIXED_KERNEL(NF, NT)                                                                           \
+    extern "C" __global__ void __launch_bounds__(MMQ_F16_THREADS, MMQ_F16_MIN_BLOCKS(NF))                      \
+        mmq_f16_q4_k_q6_k_##NT(const u16 *x, const float *x_scales, const Projections projections, u32 cols,  \
+                               u32 n_rows, float *partials, u32 *arrivals, u32 second_block) {                  \
+        __shared__ __align__(16) HalfActivations::Tile<NT> tiles[2];                                            \
+        const HalfInput input{x, x_scales};                                                                     \
+        if (blockIdx.x < second_block) {                                                                        \
+            mmq<MmhLanes<FMT_Q4_K>, NF>(input, projections, cols, n_rows, partials, arrivals, tiles);          \
+        } else {                                                                                                \
+            mmq<MmhLanes<FMT_Q6_K>, NF>(input, projections, cols, n_rows, partials, arrivals, tiles);          \
+        }                                                                                                       \
     }
 
 // Input-row tiles of 8, 16, 24 and 32 (mmq.rs picks the smallest that holds the batch). The two
@@ -228,3 +245,7 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
 
 MMQ_F16_KERNELS(q4_k, FMT_Q4_K)
 MMQ_F16_KERNELS(q6_k, FMT_Q6_K)
+MMQ_F16_MIXED_KERNEL(1, 8)
+MMQ_F16_MIXED_KERNEL(2, 16)
+MMQ_F16_MIXED_KERNEL(3, 24)
+MMQ_F16_MIXED_KERNEL(4, 32)

@@ -35,7 +35,7 @@ fn parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits: u32
         projections.push(weight, out, 64);
     }
     let kernel = kernel(ty, n_rows);
-    run_mmq(&kernel, MmqInput::Int8(&copy), &projections, cols, n_rows, splits);
+    run_mmq(&kernel, MmqInput::Int8(&copy), &projections, (cols, n_rows), splits, None);
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
         let label = format!("{kernel} projection {p} {}x{cols} by {n_rows}, {splits} splits", weight.rows);
         check(&label, out, &cpu_matmul(weight, &x, n_rows), TOLERANCE);
@@ -74,8 +74,18 @@ const F16_TOLERANCE: f32 = 2e-3;
 /// of two) and small.
 const F16_ROW_SIZES: [f32; 3] = [1.0, 3e5, 1e-3];
 
-fn f16_parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits: u32, rng: &mut Rng) {
-    let weights = [DeviceWeight::random(ty, rows, cols, rng), DeviceWeight::random(ty, 16, cols, rng)];
+/// The f16 kernel for `types` (one type, or Q4_K then Q6_K) and `n_rows`.
+fn f16_kernel(types: &[GgmlType], n_rows: usize) -> String {
+    let tile = [8, 16, 24, 32].into_iter().find(|&t| t >= n_rows).unwrap();
+    let suffixes: Vec<&str> = types.iter().map(|&ty| type_suffix(ty)).collect();
+    format!("mmq_f16_{}_{tile}", suffixes.join("_"))
+}
+
+/// A projection of `rows` rows of the first type and one of 16 rows of the second (or the same)
+/// type, by `n_rows` inputs.
+fn f16_parity(types: [GgmlType; 2], (rows, cols): (usize, usize), n_rows: usize, splits: u32, rng: &mut Rng) {
+    let weights =
+        [DeviceWeight::random(types[0], rows, cols, rng), DeviceWeight::random(types[1], 16, cols, rng)];
     let x: Vec<f32> = (0..n_rows).flat_map(|n| gaussian_row(cols, F16_ROW_SIZES[n % 3], rng)).collect();
     let halves = round_f16_rows(&x, cols);
     let mut outs = weights.each_ref().map(|w| vec![f32::NAN; n_rows * w.rows]);
@@ -83,9 +93,12 @@ fn f16_parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits:
     for (weight, out) in weights.iter().zip(outs.iter_mut()) {
         projections.push(weight, out, 64);
     }
-    let tile = [8, 16, 24, 32].into_iter().find(|&t| t >= n_rows).unwrap();
-    let kernel = format!("mmq_f16_{}_{tile}", type_suffix(ty));
-    run_mmq(&kernel, MmqInput::Half(&halves), &projections, cols, n_rows, splits);
+    let (kernel, second_block) = if types[0] == types[1] {
+        (f16_kernel(&types[..1], n_rows), None)
+    } else {
+        (f16_kernel(&types, n_rows), Some(projections.first_block[1]))
+    };
+    run_mmq(&kernel, MmqInput::Half(&halves), &projections, (cols, n_rows), splits, second_block);
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
         let want = cpu_matmul(weight, &x, n_rows);
         // Row by row: each against its own size.
@@ -101,14 +114,16 @@ fn f16_parity(ty: GgmlType, (rows, cols): (usize, usize), n_rows: usize, splits:
 }
 
 /// Every tile of the f16 kernels, 70 weight rows (a partial second tile) and a second
-/// projection; then five groups of K split three ways.
+/// projection; then five groups of K split three ways. The same for the kernel of Q4_K
+/// projections followed by a Q6_K one.
 #[test]
 fn f16_mmq_kernels_match_cpu() {
     let mut rng = Rng::new(33);
-    for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+    let (q4_k, q6_k) = (GgmlType::Q4K, GgmlType::Q6K);
+    for types in [[q4_k, q4_k], [q6_k, q6_k], [q4_k, q6_k]] {
         for n_rows in [5, 16, 23, 32] {
-            f16_parity(ty, (70, 512), n_rows, 1, &mut rng);
+            f16_parity(types, (70, 512), n_rows, 1, &mut rng);
         }
-        f16_parity(ty, (37, 1280), 23, 3, &mut rng);
+        f16_parity(types, (37, 1280), 23, 3, &mut rng);
     }
 }

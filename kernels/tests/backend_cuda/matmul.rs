@@ -250,9 +250,9 @@ fn quantized_matmul_requantizes_a_rewritten_input() {
 }
 
 /// Projections of one input by several weights: runs of one quantized type share a launch (up to
-/// three), other types break the run, except that one input row's Q4_K run takes the Q6_K weights
-/// after it into its launch (here 9 + 20 rows, and 40 + 7 + 3); every output must equal its own
-/// matmul on the CPU.
+/// three), other types break the run, except that a Q4_K run takes the Q6_K weights after it into
+/// its launch for one input row and for the f16 mmq batches, 5 and 23 rows here (9 + 20 rows, and
+/// 40 + 7 + 3); every output must equal its own matmul on the CPU.
 #[test]
 fn matmuls_match_cpu_per_projection() {
     let Some(gpu) = cuda() else { return };

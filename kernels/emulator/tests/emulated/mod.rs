@@ -351,14 +351,14 @@ pub enum MmqInput<'a> {
 }
 
 /// Runs an mmq.cu or mmq_f16.cu kernel over `projections` (64 weight rows a block), K split
-/// `splits` ways.
+/// `splits` ways; a kernel of two formats gets `second_block`, where the second starts.
 pub fn run_mmq(
     kernel: &str,
     input: MmqInput,
     projections: &Projections,
-    cols: usize,
-    n_rows: usize,
+    (cols, n_rows): (usize, usize),
     splits: u32,
+    second_block: Option<u32>,
 ) {
     const TILE_ROWS: usize = 64;
     let tiles = projections.blocks();
@@ -386,6 +386,10 @@ pub fn run_mmq(
         ptr(&mut partials_ptr),
         ptr(&mut arrivals_ptr),
     ]);
+    let mut second_block = second_block;
+    if let Some(block) = &mut second_block {
+        args.push(ptr(block));
+    }
     run(kernel, shape, &mut args);
     assert!(
         arrivals.floats(tiles as usize).iter().all(|c| c.to_bits() == 0),

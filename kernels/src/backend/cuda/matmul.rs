@@ -78,7 +78,17 @@ pub(super) fn matmuls(
         for (slot, (w, _)) in types.iter_mut().zip(rest.iter()) {
             *slot = w.ty;
         }
-        let run = launch_run(&types[..rest.len().min(MAX_PROJECTIONS)], n_rows);
+        let cols = weight.cols;
+        let mixed = |first, second| {
+            (n_rows == 1 && mixed_decode_kernel(first, second).is_some())
+                || mmq.is_some_and(|mmq| {
+                    mmq.covers(n_rows)
+                        && mmq.takes_mixed(first, second, n_rows)
+                        && mmq::supports(first, cols)
+                        && mmq::supports(second, cols)
+                })
+        };
+        let run = launch_run(&types[..rest.len().min(MAX_PROJECTIONS)], mixed);
         let (group, tail) = rest.split_at_mut(run);
         match group {
             [(weight, out)] if q8_kernels(ty).is_none() => float_matmul(device, x, weight, n_rows, out)?,
@@ -90,10 +100,11 @@ pub(super) fn matmuls(
 }
 
 /// How many of the leading projections, of weight types `types` (at least one), share the first
-/// one's launch for a batch of `n_rows`: up to [`MAX_PROJECTIONS`] of one block-quantized type,
-/// for one row followed by those of the second type of a [`mixed_decode_kernel`] (a decode step's
-/// q and k with a v of another format); an element-wise weight has a launch of its own.
-fn launch_run(types: &[GgmlType], n_rows: usize) -> usize {
+/// one's launch: up to [`MAX_PROJECTIONS`] of one block-quantized type, followed by those of a
+/// second type where `mixed(first, second)` says a kernel takes both (a layer's q and k with a v
+/// of another format: [`mixed_decode_kernel`] for one row, an f16 mmq kernel for a batch); an
+/// element-wise weight has a launch of its own.
+fn launch_run(types: &[GgmlType], mixed: impl Fn(GgmlType, GgmlType) -> bool) -> usize {
     let Some(&ty) = types.first() else { return 0 };
     if q8_kernels(ty).is_none() {
         return 1;
@@ -101,7 +112,7 @@ fn launch_run(types: &[GgmlType], n_rows: usize) -> usize {
     let limit = types.len().min(MAX_PROJECTIONS);
     let same = types[..limit].iter().take_while(|&&t| t == ty).count();
     match types.get(same) {
-        Some(&other) if same < limit && n_rows == 1 && mixed_decode_kernel(ty, other).is_some() => {
+        Some(&other) if same < limit && mixed(ty, other) => {
             same + types[same..limit].iter().take_while(|&&t| t == other).count()
         }
         _ => same,
@@ -149,8 +160,8 @@ fn q8_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
     }
 }
 
-/// Up to MAX_PROJECTIONS weights of one block-quantized type, or for one input row of the two
-/// types of a [`mixed_decode_kernel`], shapes already checked.
+/// Up to MAX_PROJECTIONS weights of one block-quantized type, or of two types that one kernel
+/// takes ([`launch_run`]), shapes already checked.
 fn quantized_matmuls(
     device: &Device,
     epoch: u64,
@@ -162,15 +173,21 @@ fn quantized_matmuls(
     let Some(((first, _), _)) = group.split_first() else { return Ok(()) };
     let (ty, cols) = (first.ty, first.cols);
     let [one, two, four, more] = q8_kernels(ty).ok_or(BackendError::Unsupported { op: OP, ty })?;
-    // Where the second type of a mixed group starts; `matmuls` forms such groups for one row only.
+    // Where the second type of a mixed group starts, and that type.
     let second = group.iter().position(|(weight, _)| weight.ty != ty);
-    let mixed_kernel = second
-        .map(|second| {
-            mixed_decode_kernel(ty, group[second].0.ty)
-                .ok_or_else(|| BackendError::shape(OP, "projections of two types without a kernel for both"))
-        })
-        .transpose()?;
-    let mmq = mmq.filter(|mmq| second.is_none() && mmq.covers(n_rows) && mmq::supports(ty, cols));
+    let second_ty = second.map(|second| group[second].0.ty);
+    let mmq = mmq.filter(|mmq| {
+        mmq.covers(n_rows)
+            && mmq::supports(ty, cols)
+            && second_ty.is_none_or(|second_ty| mmq.takes_mixed(ty, second_ty, n_rows))
+    });
+    let mixed_kernel =
+        match (second_ty, mmq) {
+            (Some(second_ty), None) => Some(mixed_decode_kernel(ty, second_ty).ok_or_else(|| {
+                BackendError::shape(OP, "projections of two types without a kernel for both")
+            })?),
+            _ => None,
+        };
     // Up to four input rows, each activation load serves four weight rows; larger batches keep
     // two rows' weights in registers against tiles of eight input rows (matvec_quant.cu); mmq
     // blocks take a tile of weight rows by every input row.
@@ -204,15 +221,17 @@ fn quantized_matmuls(
         }
     };
 
-    // The second type of a mixed group takes two rows a block (matvec_quant.cu).
+    // The second type of a mixed decode group takes two rows a block (matvec_quant.cu).
     let (projections, blocks) = Projections::table(device, group, |p| {
-        if second.is_some_and(|second| p >= second) { 2 } else { rows_per_block }
+        if mixed_kernel.is_some() && second.is_some_and(|second| p >= second) { 2 } else { rows_per_block }
     })?;
     if blocks == 0 {
         return Ok(());
     }
     if let Some(mmq) = mmq {
-        mmq.launch(device, ty, input, &projections, blocks, cols, n_rows)?;
+        let second =
+            second.zip(second_ty).map(|(second, second_ty)| (second_ty, projections.first_block[second]));
+        mmq.launch(device, ty, second, input, &projections, blocks, cols, n_rows)?;
     } else {
         let MmqInput::Int8(values, scales) = input else {
             return Err(BackendError::shape(OP, "f16 activations for a matrix-vector kernel"));
@@ -388,27 +407,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn launches_group_runs_of_one_quantized_type_and_mixed_decode_projections() {
+    fn launches_group_runs_of_one_quantized_type_and_mixed_projections() {
         use GgmlType::{Bf16, F16, Q4K, Q6K, Q8_0};
-        let cases: [(&[GgmlType], usize, usize); 10] = [
+        // As for one row: Q4_K followed by Q6_K has a kernel.
+        let mixed = |first, second| mixed_decode_kernel(first, second).is_some();
+        let none = |_, _| false;
+        let cases: [(&[GgmlType], bool, usize); 10] = [
             // A layer's q, k and v, and gate and up.
-            (&[Q4K, Q4K, Q4K], 1, 3),
-            (&[Q4K, Q4K], 23, 2),
-            // Q4_K_M's mixed layers: one launch for one row, two for a batch.
-            (&[Q4K, Q4K, Q6K], 1, 3),
-            (&[Q4K, Q4K, Q6K], 2, 2),
+            (&[Q4K, Q4K, Q4K], true, 3),
+            (&[Q4K, Q4K], false, 2),
+            // Q4_K_M's mixed layers: one launch where a kernel takes both types, else two.
+            (&[Q4K, Q4K, Q6K], true, 3),
+            (&[Q4K, Q4K, Q6K], false, 2),
             // At most three, and the second type only after the first.
-            (&[Q4K, Q6K, Q6K, Q6K], 1, 3),
-            (&[Q4K, Q6K, Q4K], 1, 2),
-            (&[Q6K, Q4K], 1, 1),
-            (&[Q8_0, Q6K], 1, 1),
+            (&[Q4K, Q6K, Q6K, Q6K], true, 3),
+            (&[Q4K, Q6K, Q4K], true, 2),
+            (&[Q6K, Q4K], true, 1),
+            (&[Q8_0, Q6K], true, 1),
             // Element-wise weights launch alone.
-            (&[F16, F16], 1, 1),
-            (&[Bf16], 4, 1),
+            (&[F16, F16], true, 1),
+            (&[Bf16], false, 1),
         ];
-        for (types, n_rows, run) in cases {
-            assert_eq!(launch_run(types, n_rows), run, "{types:?} by {n_rows}");
+        for (types, has_mixed, run) in cases {
+            let got = if has_mixed { launch_run(types, mixed) } else { launch_run(types, none) };
+            assert_eq!(got, run, "{types:?}, mixed kernels: {has_mixed}");
         }
-        assert_eq!(launch_run(&[], 1), 0);
+        assert_eq!(launch_run(&[], mixed), 0);
     }
 }

@@ -1,16 +1,16 @@
 //! The tensor-core matmuls of mmq.cu and mmq_f16.cu, for verify-sized batches of block-quantized
 //! weights: on the int8 copy of the activations, or, for Q4_K and Q6_K batches of up to 32 rows,
 //! on an f16 copy (weights decoded to f16 in registers, f32 accumulation over all of K, far fewer
-//! instructions per weight; `CANOPY_CUDA_MMQ_F16=0` keeps them on the int8 kernels).
+//! instructions per weight; `CANOPY_CUDA_MMQ_F16=0` keeps them on the int8 kernels). Q4_K
+//! projections followed by Q6_K ones (a Q4_K_M layer's q, k and v) share one f16 launch.
 //!
 //! A block computes [`TILE_ROWS`] weight rows by every input row (up to [`MAX_ROWS`]; the kernel
 //! for the smallest input-row tile that holds the batch), so each weight byte is read once. A
 //! weight of few rows makes few such blocks, so K is also split over `grid.y`, into splits that
-//! fill the waves of the kernel's resident blocks (see [`k_splits`]); the splits'
-//! partial tiles go to a scratch buffer and the last split of each tile to finish adds them up
-//! (see mmq.cu).
+//! fill the waves of the kernel's resident blocks (see [`k_splits`]); the splits' partial tiles
+//! go to a scratch buffer and the last split of each tile to finish adds them up (see mmq.cu).
 //!
-//! Batches from 5 rows (`$CANOPY_CUDA_MMQ_MIN_ROWS`, see [`Mmq::new`]) to 64 of Q8_0, Q4_K,
+//! Batches from 3 rows (`$CANOPY_CUDA_MMQ_MIN_ROWS`, see [`Mmq::new`]) to 64 of Q8_0, Q4_K,
 //! Q5_K and Q6_K weights take it on sm_80 and later devices; rows must be whole groups of
 //! [`GROUP_COLS`] columns (always so for the K-quants).
 
@@ -96,14 +96,23 @@ impl Mmq {
         self.reads_halves(n_rows) && half_kernel(ty, HALF_MAX_ROWS).is_some()
     }
 
+    /// Whether a covered batch of `n_rows` takes projections of type `first` followed by ones of
+    /// type `second` in one launch (an f16 kernel of both formats).
+    pub fn takes_mixed(&self, first: GgmlType, second: GgmlType, n_rows: usize) -> bool {
+        self.reads_halves(n_rows) && mixed_half_kernel(first, second, HALF_MAX_ROWS).is_some()
+    }
+
     /// `out = x · weightᵀ` for the projections (their blocks of [`TILE_ROWS`] rows numbered
     /// consecutively, `tiles` in all), shapes checked by the caller. `input` is `x`'s int8 copy
-    /// (`quantize_q8`) or, for the f16 kernels ([`Self::takes_halves`]), its f16 copy.
+    /// (`quantize_q8`) or, for the f16 kernels ([`Self::takes_halves`]), its f16 copy. The
+    /// weights are of type `ty`, or with `second` = (type, block), of that type from that block
+    /// on ([`Self::takes_mixed`]).
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
         device: &Device,
         ty: GgmlType,
+        second: Option<(GgmlType, u32)>,
         input: MmqInput,
         projections: &Projections,
         tiles: u32,
@@ -113,9 +122,13 @@ impl Mmq {
         let tile = TILES.into_iter().find(|&tile| tile >= n_rows).ok_or_else(|| {
             BackendError::shape(OP, format!("{n_rows} input rows exceed the {MAX_ROWS} of the mmq kernels"))
         })?;
-        let (kernel, threads) = match input {
-            MmqInput::Int8(..) => (kernel(ty, tile), THREADS),
-            MmqInput::Half(..) => (half_kernel(ty, tile), HALF_THREADS),
+        let (kernel, threads) = match (&input, second) {
+            (MmqInput::Int8(..), None) => (kernel(ty, tile), THREADS),
+            (MmqInput::Half(..), None) => (half_kernel(ty, tile), HALF_THREADS),
+            (MmqInput::Half(..), Some((second_ty, _))) => {
+                (mixed_half_kernel(ty, second_ty, tile), HALF_THREADS)
+            }
+            (MmqInput::Int8(..), Some(_)) => (None, THREADS),
         };
         let kernel = kernel.ok_or(BackendError::Unsupported { op: OP, ty })?;
         let resident = device
@@ -145,12 +158,17 @@ impl Mmq {
             MmqInput::Half(halves, scales) => launch.arg(halves).arg(scales),
         };
         launch.value(projections).arg(&cols).arg(&n_rows).arg(&mut *partials).arg(&mut *arrivals);
+        let second_block = second.map(|(_, block)| block);
+        if let Some(second_block) = &second_block {
+            launch.arg(second_block);
+        }
         // SAFETY: the copy holds `x` quantized (n_rows * cols values, two floats per 32 of them)
         // or rounded to f16 (n_rows * cols halves and a scale per row), as the kernel takes;
         // the projections address weights of `rows * row_bytes` bytes in the layout of layout.rs
         // and outputs of n_rows * rows floats, their blocks numbered 0..tiles; `cols` is whole
         // groups (`supports`) and n_rows at most the kernel's tile. With splits, the scratch holds
-        // every tile's partials and a zero counter per tile.
+        // every tile's partials and a zero counter per tile. A mixed kernel gets the first block
+        // of the second type, all of whose projections have that type.
         unsafe { launch.launch(config) }.map_err(driver(OP))?;
         Ok(())
     }
@@ -180,6 +198,18 @@ fn half_kernel(ty: GgmlType, tile: usize) -> Option<&'static str> {
     let names = match ty {
         GgmlType::Q4K => ["mmq_f16_q4_k_8", "mmq_f16_q4_k_16", "mmq_f16_q4_k_24", "mmq_f16_q4_k_32"],
         GgmlType::Q6K => ["mmq_f16_q6_k_8", "mmq_f16_q6_k_16", "mmq_f16_q6_k_24", "mmq_f16_q6_k_32"],
+        _ => return None,
+    };
+    TILES.iter().position(|&t| t == tile).and_then(|index| names.get(index).copied())
+}
+
+/// The f16 kernel of mmq_f16.cu for projections of type `first` followed by ones of type
+/// `second`, and an input-row tile of up to 32.
+fn mixed_half_kernel(first: GgmlType, second: GgmlType, tile: usize) -> Option<&'static str> {
+    let names = match (first, second) {
+        (GgmlType::Q4K, GgmlType::Q6K) => {
+            ["mmq_f16_q4_k_q6_k_8", "mmq_f16_q4_k_q6_k_16", "mmq_f16_q4_k_q6_k_24", "mmq_f16_q4_k_q6_k_32"]
+        }
         _ => return None,
     };
     TILES.iter().position(|&t| t == tile).and_then(|index| names.get(index).copied())
@@ -237,6 +267,12 @@ mod tests {
             assert_eq!(half_kernel(ty, 48), None);
         }
         assert_eq!(half_kernel(GgmlType::Q8_0, 8), None);
+        for tile in [8, 16, 24, 32] {
+            let name = mixed_half_kernel(GgmlType::Q4K, GgmlType::Q6K, tile).unwrap();
+            assert!(listed.contains(&name), "{name}");
+        }
+        assert_eq!(mixed_half_kernel(GgmlType::Q4K, GgmlType::Q6K, 48), None);
+        assert_eq!(mixed_half_kernel(GgmlType::Q6K, GgmlType::Q4K, 8), None);
     }
 
     #[test]

@@ -136,6 +136,10 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "mmq_f16_q6_k_16",
             "mmq_f16_q6_k_24",
             "mmq_f16_q6_k_32",
+            "mmq_f16_q4_k_q6_k_8",
+            "mmq_f16_q4_k_q6_k_16",
+            "mmq_f16_q4_k_q6_k_24",
+            "mmq_f16_q4_k_q6_k_32",
         ],
     },
     KernelSource {
