@@ -21,13 +21,14 @@ pub struct Args {
     /// Prompt lengths to prefill (sizes beyond the model's context are skipped).
     #[arg(long, value_delimiter = ',', env = "CANOPY_BENCH_PREFILL", default_value = "512")]
     prefill: Vec<usize>,
-    /// Also prefill 2048 tokens, and decode at context depths 4096 and 16384.
+    /// Also prefill 2048 tokens, and decode and run the forward passes at context depths 4096
+    /// and 16384.
     #[arg(long, env = "CANOPY_BENCH_LONG")]
     long: bool,
     /// Tokens to decode one at a time (0 skips the decode runs).
     #[arg(long, env = "CANOPY_BENCH_DECODE", default_value_t = 128)]
     decode: usize,
-    /// Context depths to decode after (prefilled once each, untimed).
+    /// Context depths to decode and run the forward passes after (prefilled once each, untimed).
     #[arg(long, value_delimiter = ',', env = "CANOPY_BENCH_DEPTHS", default_value = "0")]
     depths: Vec<usize>,
     /// Batch sizes of single forward passes (1 is a decode step, 23 a default tree verify).
@@ -49,7 +50,7 @@ pub struct Args {
 
 /// The long prefill `--long` adds.
 const LONG_PREFILL: usize = 2048;
-/// The decode depths `--long` adds.
+/// The context depths `--long` adds.
 const LONG_DEPTHS: [usize; 2] = [4096, 16384];
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -63,9 +64,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         depths.extend(LONG_DEPTHS.iter().filter(|depth| !args.depths.contains(depth)));
     }
-    let deepest_decode = depths.iter().max().map_or(0, |depth| depth + args.decode);
-    let longest =
-        prefill_sizes.iter().chain(&args.forward).chain([&deepest_decode]).copied().max().unwrap_or(1);
+    let deepest = depths.iter().max().copied().unwrap_or(0);
+    let after_deepest = args.forward.iter().copied().chain([args.decode]).max().unwrap_or(0);
+    let longest = prefill_sizes.iter().copied().chain([deepest + after_deepest]).max().unwrap_or(1);
     let largest_pass =
         args.forward.iter().copied().chain([args.prefill_chunk.min(longest)]).max().unwrap_or(1);
     let options = Qwen3LmOptions {
@@ -79,7 +80,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         prefill_sizes,
         prefill_chunk: args.prefill_chunk,
         decode_tokens: args.decode,
-        decode_depths: depths,
+        depths,
         forward_sizes: args.forward.clone(),
         repetitions: args.repetitions,
         warmup: args.warmup,

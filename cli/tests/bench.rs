@@ -59,3 +59,27 @@ fn sizes_beyond_the_context_are_skipped() {
     assert_eq!(tests, ["pp8", "fwd2"]);
     assert_eq!(report["skipped"], serde_json::json!(["pp5000"]));
 }
+
+#[test]
+fn decode_and_forward_passes_run_at_every_depth() {
+    let out = canopy(&[
+        "bench",
+        MODEL,
+        "--json",
+        "--prefill",
+        "8",
+        "--decode",
+        "2",
+        "--forward",
+        "1,3",
+        "--depths",
+        "0,32",
+        "--repetitions",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tests: Vec<&str> =
+        report["results"].as_array().unwrap().iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["pp8", "tg2", "fwd1", "fwd3", "tg2@d32", "fwd1@d32", "fwd3@d32"]);
+}

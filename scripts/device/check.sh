@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [switches] [mmq-profile] [durations23]
+#        [switches] [mmq-profile] [durations23] [verify-depth]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -154,6 +154,17 @@ if has durations23; then
     # is recorded).
     kernel_durations durations23 --launch-count 600 \
         "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 --repetitions 1 --warmup 0
+fi
+if has verify-depth; then
+    # Verify-sized forwards after long contexts, with the split-K attention (verify batches'
+    # default) and with the tensor-core prefill attention from 16 rows, which reads each key and
+    # value row once per 16 query rows instead of once per row.
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    for min_rows in 65 16; do
+        echo "== CANOPY_CUDA_PREFILL_ATTENTION_MIN_ROWS=$min_rows"
+        CANOPY_CUDA_PREFILL_ATTENTION_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/q8b.gguf" --backend cuda \
+            --prefill 0 --decode 0 --depths 0,4096,16384 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "fwd"
+    done | tee "$out/verify-depth.txt"
 fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null

@@ -16,10 +16,11 @@ pub struct BenchConfig {
     pub prefill_chunk: usize,
     /// Tokens to decode one at a time ("tg" runs); 0 skips them.
     pub decode_tokens: usize,
-    /// Context depths the decode runs start from (0 is an empty cache); the context is
-    /// prefilled once per depth, untimed.
-    pub decode_depths: Vec<usize>,
-    /// Batch sizes of single forward passes from an empty cache ("fwd" runs).
+    /// Context depths the decode runs and the forward passes start from (0 is an empty cache);
+    /// the context is prefilled once per depth, untimed.
+    pub depths: Vec<usize>,
+    /// Batch sizes of single forward passes ("fwd" runs), at every depth: a speculative verify
+    /// step is one such pass after the context.
     pub forward_sizes: Vec<usize>,
     /// Timed runs of each measurement; the median is reported.
     pub repetitions: usize,
@@ -33,7 +34,7 @@ impl Default for BenchConfig {
             prefill_sizes: vec![512],
             prefill_chunk: 512,
             decode_tokens: 128,
-            decode_depths: vec![0],
+            depths: vec![0],
             forward_sizes: vec![1, 8, 16, 23, 32, 64],
             repetitions: 5,
             warmup: 1,
@@ -48,7 +49,7 @@ pub enum BenchKind {
     Prefill,
     /// Token-by-token decoding after a context of some depth.
     Decode,
-    /// One forward pass of a batch of tokens from an empty cache.
+    /// One forward pass of a batch of tokens after a context of some depth.
     Forward,
 }
 
@@ -119,7 +120,7 @@ pub fn run_bench<M: CausalLm>(model: &mut M, config: &BenchConfig) -> Result<Ben
         .prefill_sizes
         .iter()
         .chain(&config.forward_sizes)
-        .chain(&config.decode_depths)
+        .chain(&config.depths)
         .copied()
         .max()
         .unwrap_or(0);
@@ -134,30 +135,28 @@ pub fn run_bench<M: CausalLm>(model: &mut M, config: &BenchConfig) -> Result<Ben
         repetitions: config.repetitions,
     };
     let mut report = BenchReport::default();
-    let planned = config
-        .prefill_sizes
-        .iter()
-        .map(|&n| (BenchKind::Prefill, n, 0))
-        .chain(
-            config
-                .decode_depths
-                .iter()
-                .filter(|_| config.decode_tokens > 0)
-                .map(|&depth| (BenchKind::Decode, config.decode_tokens, depth)),
-        )
-        .chain(config.forward_sizes.iter().map(|&n| (BenchKind::Forward, n, 0)));
-    for (kind, tokens, depth) in planned {
+    let prefills = config.prefill_sizes.iter().map(|&n| (BenchKind::Prefill, n, 0));
+    // Each depth's decode run, then its forward passes: the context is prefilled for the first
+    // of them and the rest overwrite only what follows it.
+    let after_contexts = config.depths.iter().flat_map(|&depth| {
+        let decode = (config.decode_tokens > 0).then_some((BenchKind::Decode, config.decode_tokens, depth));
+        decode.into_iter().chain(config.forward_sizes.iter().map(move |&n| (BenchKind::Forward, n, depth)))
+    });
+    // The depth of the benchmark prompt the cache holds at least.
+    let mut context = 0;
+    for (kind, tokens, depth) in prefills.chain(after_contexts) {
         if tokens == 0 || depth + tokens > max {
             report.skipped.push(test_name(kind, tokens, depth));
             continue;
         }
-        if depth > 0 {
+        if kind != BenchKind::Prefill && depth != context {
             bench.prefill(depth, config.prefill_chunk)?;
+            context = depth;
         }
         let runs = bench.measure(|bench| match kind {
             BenchKind::Prefill => bench.prefill(tokens, config.prefill_chunk),
             BenchKind::Decode => bench.decode(depth, tokens),
-            BenchKind::Forward => bench.prefill(tokens, tokens),
+            BenchKind::Forward => bench.forward(depth, tokens),
         })?;
         report.results.push(BenchResult { kind, tokens, depth, runs });
     }
@@ -212,6 +211,13 @@ impl<M: CausalLm> Bench<'_, M> {
             self.model.forward(&batch, &mut self.logits).map_err(|err| EngineError::Model(Box::new(err)))?;
         }
         Ok(())
+    }
+
+    /// One forward pass of `tokens` prompt ids at positions `depth..`, logits of the last.
+    fn forward(&mut self, depth: usize, tokens: usize) -> Result<(), EngineError> {
+        let batch =
+            [SequenceChunk { sequence: 0, n_past: depth, tokens: &self.prompt[..tokens], want_logits: true }];
+        self.model.forward(&batch, &mut self.logits).map_err(|err| EngineError::Model(Box::new(err)))
     }
 
     /// `tokens` single-token steps from position `depth`, each feeding back the argmax of the
@@ -274,7 +280,7 @@ mod tests {
             prefill_sizes: vec![10, 100],
             prefill_chunk: 4,
             decode_tokens: 3,
-            decode_depths: vec![0],
+            depths: vec![0],
             forward_sizes: vec![2, 5],
             repetitions: 3,
             warmup: 1,
@@ -297,24 +303,43 @@ mod tests {
     }
 
     #[test]
-    fn decode_at_depth_prefills_the_context_once_then_decodes_after_it() {
+    fn each_depth_prefills_the_context_once_then_decodes_and_runs_forward_passes_after_it() {
         let mut model = Recorder { max_len: 20, calls: Vec::new() };
         let config = BenchConfig {
             prefill_sizes: vec![],
             prefill_chunk: 8,
             decode_tokens: 2,
-            decode_depths: vec![10, 19],
-            forward_sizes: vec![],
+            depths: vec![10, 17],
+            forward_sizes: vec![3],
             repetitions: 2,
             warmup: 0,
         };
         let report = run_bench(&mut model, &config).unwrap();
         let names: Vec<String> = report.results.iter().map(BenchResult::name).collect();
-        assert_eq!(names, ["tg2@d10"]);
-        assert_eq!(report.skipped, ["tg2@d19"]);
+        assert_eq!(names, ["tg2@d10", "fwd3@d10", "tg2@d17", "fwd3@d17"]);
         let calls: Vec<(usize, usize)> = model.calls.iter().map(|(n, t, _)| (*n, t.len())).collect();
-        // The context in chunks of 8, once; then two runs of two steps at positions 10 and 11.
-        assert_eq!(calls, [(0, 8), (8, 2), (10, 1), (11, 1), (10, 1), (11, 1)]);
+        // Each context in chunks of 8, once; two runs of two steps; two passes of three tokens.
+        let at = |depth: usize| {
+            let context = (0..depth).step_by(8).map(|start| (start, (depth - start).min(8)));
+            let steps = [(depth, 1), (depth + 1, 1)].repeat(2);
+            context.chain(steps).chain([(depth, 3), (depth, 3)]).collect::<Vec<_>>()
+        };
+        assert_eq!(calls, [at(10), at(17)].concat());
+        // The forward passes take the prompt's first ids (i * 7919 mod 100) and want logits.
+        assert!(
+            model
+                .calls
+                .iter()
+                .filter(|(_, t, _)| t.len() == 3)
+                .all(|(_, t, want)| t == &[0, 19, 38] && *want)
+        );
+
+        let mut model = Recorder { max_len: 20, calls: Vec::new() };
+        let config = BenchConfig { depths: vec![19], ..config };
+        let report = run_bench(&mut model, &config).unwrap();
+        assert!(report.results.is_empty());
+        assert_eq!(report.skipped, ["tg2@d19", "fwd3@d19"]);
+        assert!(model.calls.is_empty());
     }
 
     #[test]
