@@ -1,8 +1,10 @@
 // Paged multi-sequence attention. Decode attention is bound by reading the keys and values, and
 // under grouped-query attention the G query heads of a group all read the same KV head. So a block
-// serves one query row and the query heads of one KV head, a warp each (a group larger than
-// ATTENTION_WARPS is cut into even chunks, a block each), and reads each key and value row once for
-// all of them instead of once per query head.
+// serves the query heads of one KV head, a warp each (a group larger than ATTENTION_WARPS is cut
+// into even chunks, a block each), and reads each key and value row once for all of them instead
+// of once per query head. A group that leaves warps over takes as many consecutive query rows of
+// one sequence as fit (rows_per_block): the rows of a verify batch share their context, and each
+// key and value row read then serves all of them.
 //
 // The block walks its keys in tiles. All its threads copy a tile's key and value rows into shared
 // memory, consecutive threads reading consecutive float4s (floats when head_dim is no multiple of
@@ -11,8 +13,9 @@
 // folds the tile into its query head's online softmax: lane t scores key t from its key row in
 // shared memory (the rows are padded so that 32 lanes reading 32 rows hit distinct banks), one
 // warp reduction gives the tile's maximum and one its sum, and the lanes, over dimensions (lane l
-// holds dimensions l, l + 32, ...), add the weighted value rows. Keys the row may not see are
-// stored as zeros and weigh nothing.
+// holds dimensions l, l + 32, ...), add the weighted value rows. The block fetches every key below
+// the end of its last row (all written: the context and this step's new tokens) and stores the
+// rest of the tile as zeros; keys a warp's row may not see weigh nothing.
 //
 // A tile holds 32 keys, one per lane, or fewer for large heads (the host picks the count), so that
 // the queries and a tile fit in 48 KB, which every device grants without opting in, and
@@ -132,10 +135,11 @@ __device__ __forceinline__ size_t pool_slot(const u32 *table, u32 p, FastDivisor
     return (size_t)table[block] * block_size.divisor + (p - block * block_size.divisor);
 }
 
-// The offset in the pools of key p's row for the block's KV head, if the row sees key p. Keys
-// it does not see may lie past the sequence's block table, so they have no offset.
+// The offset in the pools of key p's row for the block's KV head, if p is below the end of the
+// row `keys` describes (the block's last). Keys past it may lie past the sequence's block table,
+// so they have no offset.
 __device__ bool key_offset(const KeyRange &keys, u32 p, size_t *at) {
-    if (!row_sees(keys, p)) {
+    if (p >= keys.end) {
         return false;
     }
     *at = pool_slot(keys.table, p, keys.block_size) * keys.kv_row_len + keys.kv_offset;
@@ -173,8 +177,8 @@ __device__ TileSlots tile_slots(u32 row_len) {
 }
 
 // Loads this thread's share of the tile from position first_key. The loads do not wait on one
-// another, and consecutive threads read consecutive elements of a row. Rows the row does not see
-// are zeros.
+// another, and consecutive threads read consecutive elements of a row. Rows past the end of the
+// block's last row are zeros.
 template <typename E>
 __device__ void fetch_tile(TileShare<E> &share, const float *k_pool, const float *v_pool,
                            const KeyRange &keys, u32 first_key, u32 n_keys, const TileSlots &slots) {
@@ -263,10 +267,19 @@ __device__ void attend_tile(HeadState<DIMS> &state, const float *q, const Tiles 
     }
 }
 
-// Folds tiles first_tile .. last_tile of the row's keys into the softmax of each warp's query head
-// (warps past block_heads only copy), the chunk's queries at q_chunk. While the warps work on one
-// tile, the loads of the next are in flight. Every thread of the block calls it with the same
-// tiles, so every thread reaches both barriers of each.
+// The query rows a block serves: `n_rows` rows of `n_heads` heads of head_dim floats from `first`
+// (the first head of the block's chunk in its first row), rows `row_stride` floats apart.
+struct BlockQueries {
+    const float *first;
+    size_t row_stride;
+    u32 n_rows;
+    u32 n_heads;
+};
+
+// Folds tiles first_tile .. last_tile of the block's keys (`fetch`, its last row's) into the
+// softmax of each active warp's query head, over the keys its row sees (`own`; inactive warps only
+// copy). While the warps work on one tile, the loads of the next are in flight. Every thread of
+// the block calls it with the same tiles, so every thread reaches both barriers of each.
 //
 // Under programmatic dependent launch the kernel before (attention_inputs) lets this one start
 // early. Keys and values of the committed context were written by earlier steps, so a first tile
@@ -274,27 +287,30 @@ __device__ void attend_tile(HeadState<DIMS> &state, const float *q, const Tiles 
 // the new tokens' keys and values, which it writes, are read after. In a decode batch the output
 // projection may in turn start early (let_next_kernel_start).
 template <typename E, int DIMS>
-__device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const float *q_chunk,
-                             const float *k_pool, const float *v_pool, const KeyRange &keys, u32 first_tile,
-                             u32 last_tile, u32 block_heads, float scale, bool decode_batch) {
+__device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const BlockQueries &queries,
+                             const float *k_pool, const float *v_pool, const KeyRange &fetch, const KeyRange &own,
+                             u32 first_tile, u32 last_tile, bool active, float scale, bool decode_batch) {
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 row_len = tiles.head_dim * sizeof(float) / sizeof(E);
     const u32 key_stride = tiles.key_stride * sizeof(float) / sizeof(E);
     const TileSlots slots = tile_slots(row_len);
     TileShare<E> share;
-    const bool committed = first_tile < last_tile && (first_tile + 1) * tiles.n_keys <= keys.n_past;
+    const bool committed = first_tile < last_tile && (first_tile + 1) * tiles.n_keys <= fetch.n_past;
     if (committed) {
-        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, slots);
+        fetch_tile(share, k_pool, v_pool, fetch, first_tile * tiles.n_keys, tiles.n_keys, slots);
     }
     wait_for_previous_kernel();
     if (decode_batch) {
         let_next_kernel_start();
     }
-    for (u32 x = threadIdx.x; x < block_heads * tiles.head_dim; x += blockDim.x) {
-        tiles.q_rows[x] = q_chunk[x];
+    const u32 row_floats = queries.n_heads * tiles.head_dim;
+    for (u32 r = 0; r < queries.n_rows; ++r) {
+        for (u32 x = threadIdx.x; x < row_floats; x += blockDim.x) {
+            tiles.q_rows[r * row_floats + x] = queries.first[r * queries.row_stride + x];
+        }
     }
     if (!committed && first_tile < last_tile) {
-        fetch_tile(share, k_pool, v_pool, keys, first_tile * tiles.n_keys, tiles.n_keys, slots);
+        fetch_tile(share, k_pool, v_pool, fetch, first_tile * tiles.n_keys, tiles.n_keys, slots);
     }
     for (u32 tile = first_tile; tile < last_tile; ++tile) {
         // The warps are done with the previous tile (and, the first time, the queries are written).
@@ -302,10 +318,10 @@ __device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const f
         store_tile(share, slots, tiles.n_keys, key_stride, (E *)tiles.k_rows, (E *)tiles.v_rows);
         __syncthreads();
         if (tile + 1 < last_tile) {
-            fetch_tile(share, k_pool, v_pool, keys, (tile + 1) * tiles.n_keys, tiles.n_keys, slots);
+            fetch_tile(share, k_pool, v_pool, fetch, (tile + 1) * tiles.n_keys, tiles.n_keys, slots);
         }
-        if (warp < block_heads) {
-            attend_tile(state, tiles.q_rows + warp * tiles.head_dim, tiles, keys, tile * tiles.n_keys, scale);
+        if (active) {
+            attend_tile(state, tiles.q_rows + warp * tiles.head_dim, tiles, own, tile * tiles.n_keys, scale);
         }
     }
 }
@@ -418,28 +434,33 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
     store_output<DIMS>(acc, total > 0.0f ? 1.0f / total : 0.0f, out, head_dim);
 }
 
-// Both kernels take these parameters. One block per (task, split), ATTENTION_WARPS warps. A task
-// is (query row, KV head, chunk of heads_per_block query heads of that KV head's group), numbered
-// in that order. Dynamic shared memory holds the chunk's queries (heads_per_block x head_dim),
-// then a tile's key rows (tile_keys x key_stride) and value rows (tile_keys x head_dim);
-// key_stride is a multiple of 4 when head_dim is, and TILE_LOADS elements a thread cover a tile.
-// `partials` holds n_splits x heads_per_block states of head_dim + 2 floats per task, `counters`
-// one counter per task; neither is used with one split. `out_q` and `out_scales` are the output's
-// int8 copy, or NULL when head_dim is no multiple of Q8_BLOCK; `out_halves` and `out_half_scales`
-// its f16 copy and row scales, or NULL.
-#define ATTENTION_PARAMS                                                                               \
-    const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,    \
+// Every kernel here takes these parameters. One block per (task, split), ATTENTION_WARPS warps. A
+// task is (query row, KV head, chunk of heads_per_block query heads of that KV head's group),
+// numbered in that order. In the attention_rows kernels (rows_per_block > 1, a group of one
+// chunk), the task of a row whose index in its sequence is a multiple of rows_per_block serves it
+// and up to rows_per_block - 1 rows after it, warp w row w / heads_per_block and head
+// w % heads_per_block; the other rows' tasks have nothing to do. Dynamic shared memory holds the
+// block's queries (rows_per_block x heads_per_block x head_dim), then a tile's key rows (tile_keys
+// x key_stride) and value rows (tile_keys x head_dim); key_stride is a multiple of 4 when head_dim
+// is, and TILE_LOADS elements a thread cover a tile. `partials` holds n_splits x rows_per_block x
+// heads_per_block states of head_dim + 2 floats per task, `counters` one counter per task; neither
+// is used with one split. `out_q` and `out_scales` are the output's int8 copy, or NULL when
+// head_dim is no multiple of Q8_BLOCK; `out_halves` and `out_half_scales` its f16 copy and row
+// scales, or NULL.
+#define ATTENTION_PARAMS                                                                                 \
+    const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,      \
         const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_rows, u32 n_heads, \
-        u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 tile_keys, u32 key_stride,  \
-        u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q, float2 *out_scales,        \
-        u16 *out_halves, float *out_half_scales
-#define ATTENTION_ARGS                                                                                 \
-    q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_rows, n_heads, \
-        n_kv_heads, head_dim, scale, heads_per_block, tile_keys, key_stride, n_splits, partials,        \
-        counters, out, out_q, out_scales, out_halves, out_half_scales
+        u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 rows_per_block, u32 tile_keys, \
+        u32 key_stride, u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q,              \
+        float2 *out_scales, u16 *out_halves, float *out_half_scales
+#define ATTENTION_ARGS                                                                                   \
+    q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_rows, n_heads,   \
+        n_kv_heads, head_dim, scale, heads_per_block, rows_per_block, tile_keys, key_stride, n_splits,    \
+        partials, counters, out, out_q, out_scales, out_halves, out_half_scales
 
-// One block's work, for heads of up to DIMS * 32 dimensions.
-template <int DIMS>
+// One block's work, for heads of up to DIMS * 32 dimensions, rows_per_block rows with ROWS and one
+// without (decode: every warp then follows the same row, with no second key range to keep).
+template <int DIMS, bool ROWS>
 __device__ void attend_block(ATTENTION_PARAMS) {
     // Until attend_tiles waits for the kernel before, only what earlier steps and the host wrote
     // is read: the batch description, block tables and committed keys and values.
@@ -448,6 +469,7 @@ __device__ void attend_block(ATTENTION_PARAMS) {
 
     const u32 group = n_heads / n_kv_heads;
     const u32 chunks = (group + heads_per_block - 1) / heads_per_block;
+    const u32 rows = ROWS ? rows_per_block : 1;
     const u32 task = blockIdx.x / n_splits;
     const u32 split = blockIdx.x % n_splits;
     const u32 row = task / (n_kv_heads * chunks);
@@ -456,6 +478,8 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     const u32 first_head = kv_head * group + chunk * heads_per_block;
     const u32 block_heads = min(heads_per_block, group - chunk * heads_per_block);
     const u32 warp = threadIdx.x / WARP_SIZE;
+    const u32 warp_row = ROWS ? warp / heads_per_block : 0;
+    const u32 warp_head = ROWS ? warp % heads_per_block : warp;
     // These exits depend on the row alone, so all of a task's splits take them or none does, and
     // its counter stays balanced either way.
     if (row >= n_rows) {
@@ -477,9 +501,21 @@ __device__ void attend_block(ATTENTION_PARAMS) {
         return;
     }
     const u32 *seq = sequences + lo * SEQ_FIELDS;
-    const KeyRange keys = keys_of_row(seq, block_tables, tree_parents, block_size, row - seq[0],
-                                      (size_t)n_kv_heads * head_dim, (size_t)kv_head * head_dim);
-    const u32 n_tiles = (keys.end + tile_keys - 1) / tile_keys;
+    const u32 i = row - seq[0];
+    // The block of the sequence's row i - i % rows serves this row.
+    if (i % rows != 0) {
+        return;
+    }
+    const u32 block_rows = ROWS ? min(rows, seq[1] - i) : 1;
+    const bool active = warp_row < block_rows && warp_head < block_heads;
+    const size_t kv_row_len = (size_t)n_kv_heads * head_dim, kv_offset = (size_t)kv_head * head_dim;
+    // The last row sees the most keys; every row's keys lie below its end.
+    const KeyRange fetch =
+        keys_of_row(seq, block_tables, tree_parents, block_size, i + block_rows - 1, kv_row_len, kv_offset);
+    const KeyRange own = ROWS ? keys_of_row(seq, block_tables, tree_parents, block_size,
+                                            i + min(warp_row, block_rows - 1), kv_row_len, kv_offset)
+                              : fetch;
+    const u32 n_tiles = (fetch.end + tile_keys - 1) / tile_keys;
     // A short row uses fewer splits than the launch has, so that it does not pay for writing and
     // merging the states of blocks that had next to nothing to read. The count depends on the row
     // alone, so all of a task's blocks agree on it; the blocks past it leave at once.
@@ -490,13 +526,17 @@ __device__ void attend_block(ATTENTION_PARAMS) {
 
     Tiles tiles;
     tiles.q_rows = (float *)shared_rows;
-    tiles.k_rows = tiles.q_rows + heads_per_block * head_dim;
+    tiles.k_rows = tiles.q_rows + rows * heads_per_block * head_dim;
     tiles.v_rows = tiles.k_rows + tile_keys * key_stride;
     tiles.n_keys = tile_keys;
     tiles.key_stride = key_stride;
     tiles.head_dim = head_dim;
-    // The chunk's heads are consecutive in the query row.
-    const float *q_chunk = q + ((size_t)row * n_heads + first_head) * head_dim;
+    // The chunk's heads are consecutive in each query row.
+    BlockQueries queries;
+    queries.first = q + ((size_t)row * n_heads + first_head) * head_dim;
+    queries.row_stride = (size_t)n_heads * head_dim;
+    queries.n_rows = block_rows;
+    queries.n_heads = block_heads;
 
     HeadState<DIMS> state;
     state.max = -INFINITY;
@@ -508,31 +548,33 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     const u32 first_tile = (u32)((u64)n_tiles * split / used_splits);
     const u32 last_tile = (u32)((u64)n_tiles * (split + 1) / used_splits);
     if (head_dim % 4 == 0) {
-        attend_tiles<float4>(state, tiles, q_chunk, k_pool, v_pool, keys, first_tile, last_tile, block_heads,
+        attend_tiles<float4>(state, tiles, queries, k_pool, v_pool, fetch, own, first_tile, last_tile, active,
                              scale, n_rows <= DECODE_ROWS);
     } else {
-        attend_tiles<float>(state, tiles, q_chunk, k_pool, v_pool, keys, first_tile, last_tile, block_heads,
+        attend_tiles<float>(state, tiles, queries, k_pool, v_pool, fetch, own, first_tile, last_tile, active,
                             scale, n_rows <= DECODE_ROWS);
     }
 
+    const u32 warp_query_row = row + warp_row;
     HeadOutput head_out;
     head_out.out = out;
     head_out.q = out_q;
     head_out.q_scales = out_scales;
     head_out.halves = out_halves;
-    head_out.half_scale = first_head + warp == 0 && out_half_scales != NULL ? out_half_scales + row : NULL;
-    head_out.index = ((size_t)row * n_heads + first_head + warp) * head_dim;
+    head_out.half_scale =
+        first_head + warp_head == 0 && out_half_scales != NULL ? out_half_scales + warp_query_row : NULL;
+    head_out.index = ((size_t)warp_query_row * n_heads + first_head + warp_head) * head_dim;
     if (used_splits == 1) {
-        if (warp < block_heads) {
+        if (active) {
             store_output<DIMS>(state.acc, state.sum > 0.0f ? 1.0f / state.sum : 0.0f, head_out, head_dim);
         }
         return;
     }
     // This split's state of each head: max, sum, then the output scaled by exp(-max).
     const size_t state_len = head_dim + 2;
-    const size_t split_stride = heads_per_block * state_len;
+    const size_t split_stride = (size_t)rows * heads_per_block * state_len;
     float *task_states = partials + (size_t)task * n_splits * split_stride;
-    if (warp < block_heads) {
+    if (active) {
         float *own = task_states + split * split_stride + warp * state_len;
         if (threadIdx.x % WARP_SIZE == 0) {
             own[0] = state.max;
@@ -553,7 +595,7 @@ __device__ void attend_block(ATTENTION_PARAMS) {
     }
     // Orders the reads of the other splits' states after the count that showed them all done.
     __threadfence();
-    if (warp < block_heads) {
+    if (active) {
         merge_splits<DIMS>(task_states + warp * state_len, split_stride, used_splits, head_dim, head_out);
     }
     // Every split has counted itself, so nothing else touches the counter in this launch.
@@ -564,9 +606,18 @@ __device__ void attend_block(ATTENTION_PARAMS) {
 
 extern "C" __global__ void __launch_bounds__(ATTENTION_WARPS * WARP_SIZE, 4)
     attention_dim128(ATTENTION_PARAMS) {
-    attend_block<SMALL_HEAD_DIM / WARP_SIZE>(ATTENTION_ARGS);
+    attend_block<SMALL_HEAD_DIM / WARP_SIZE, false>(ATTENTION_ARGS);
 }
 
 extern "C" __global__ void attention_dim512(ATTENTION_PARAMS) {
-    attend_block<MAX_HEAD_DIM / WARP_SIZE>(ATTENTION_ARGS);
+    attend_block<MAX_HEAD_DIM / WARP_SIZE, false>(ATTENTION_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTENTION_WARPS * WARP_SIZE, 4)
+    attention_rows_dim128(ATTENTION_PARAMS) {
+    attend_block<SMALL_HEAD_DIM / WARP_SIZE, true>(ATTENTION_ARGS);
+}
+
+extern "C" __global__ void attention_rows_dim512(ATTENTION_PARAMS) {
+    attend_block<MAX_HEAD_DIM / WARP_SIZE, true>(ATTENTION_ARGS);
 }

@@ -131,10 +131,10 @@ fn key_stride(head_dim: usize) -> usize {
 }
 
 /// attention.rs's `tile_keys`.
-fn tile_keys(heads_per_block: usize, head_dim: usize) -> usize {
+fn tile_keys(block_queries: usize, head_dim: usize) -> usize {
     let row_elements = if head_dim.is_multiple_of(4) { head_dim / 4 } else { head_dim };
     let loaded = TILE_LOADS * 32 * WARPS / row_elements;
-    let fit = (SHARED_FLOATS - heads_per_block * head_dim) / (key_stride(head_dim) + head_dim);
+    let fit = (SHARED_FLOATS - block_queries * head_dim) / (key_stride(head_dim) + head_dim);
     loaded.min(fit).min(MAX_TILE_KEYS)
 }
 
@@ -144,23 +144,48 @@ fn host_splits(tasks: usize) -> usize {
 }
 
 /// Runs the decode kernel over the case as attention.rs launches it, with `splits` blocks per
-/// task (the host's count when `None`); checks the output, its int8 copy for heads of whole
-/// blocks of 32, and that the merge counters are back at zero.
+/// task (the host's count when `None`), and for batches that take the attention_rows kernels
+/// also the one-row kernel; checks the output, its int8 copy for heads of whole blocks of 32, and
+/// that the merge counters are back at zero.
 fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, splits: Option<usize>) {
+    let AttentionParams { n_heads, n_kv_heads, .. } = case.params;
+    let n_rows = case.q.len() / case.params.q_row_len();
+    let group = n_heads / n_kv_heads;
+    let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
+    let chunks = group.div_ceil(heads_per_block);
+    // attention.rs's `rows_per_block`: the warps a one-chunk group leaves take further rows.
+    let host_rows = if chunks == 1 && n_rows > sequences.len() { WARPS / heads_per_block } else { 1 };
+    decode_with(label, sequences, block_size, case, splits, host_rows);
+    if host_rows > 1 {
+        decode_with(label, sequences, block_size, case, splits, 1);
+    }
+}
+
+/// [`decode`] with `rows_per_block` rows a block.
+fn decode_with(
+    label: &str,
+    sequences: &[Sequence],
+    block_size: usize,
+    case: &Case,
+    splits: Option<usize>,
+    rows_per_block: usize,
+) {
     let AttentionParams { n_heads, n_kv_heads, head_dim, scale } = case.params;
     let n_rows = case.q.len() / case.params.q_row_len();
     let group = n_heads / n_kv_heads;
     let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
-    let tasks = n_rows * n_kv_heads * group.div_ceil(heads_per_block);
+    let chunks = group.div_ceil(heads_per_block);
+    let block_queries = rows_per_block * heads_per_block;
+    let tasks = n_rows * n_kv_heads * chunks;
     let splits = splits.unwrap_or_else(|| host_splits(tasks));
-    let tile_keys = tile_keys(heads_per_block, head_dim);
-    let shared_floats = heads_per_block * head_dim + tile_keys * (key_stride(head_dim) + head_dim);
+    let tile_keys = tile_keys(block_queries, head_dim);
+    let shared_floats = block_queries * head_dim + tile_keys * (key_stride(head_dim) + head_dim);
 
     let mut flat = flatten(block_size, sequences);
     let [mut q, mut k_pool, mut v_pool] =
         [&case.q, &case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_floats(x));
     let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; case.q.len()]);
-    let mut partials = DeviceBuffer::zeroed(4 * tasks * splits * heads_per_block * (head_dim + 2));
+    let mut partials = DeviceBuffer::zeroed(4 * tasks * splits * block_queries * (head_dim + 2));
     let mut counters = DeviceBuffer::zeroed(4 * tasks);
     let mut copy = Q8Copy::zeroed(case.q.len());
     let quantize = head_dim.is_multiple_of(32);
@@ -207,6 +232,7 @@ fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, s
         mut n_kv_heads,
         mut head_dim_arg,
         mut heads_per_block,
+        mut rows_per_block,
         mut tile_keys,
         mut key_stride,
         mut n_splits,
@@ -217,12 +243,18 @@ fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, s
         n_kv_heads,
         head_dim,
         heads_per_block,
+        rows_per_block,
         tile_keys,
         key_stride(head_dim),
         splits,
     ]
     .map(|v| v as u32);
-    let kernel = if head_dim <= SMALL_HEAD_DIM { "attention_dim128" } else { "attention_dim512" };
+    let kernel = match (rows_per_block > 1, head_dim <= SMALL_HEAD_DIM) {
+        (false, true) => "attention_dim128",
+        (false, false) => "attention_dim512",
+        (true, true) => "attention_rows_dim128",
+        (true, false) => "attention_rows_dim512",
+    };
     let shape = LaunchShape {
         grid: [(tasks * splits) as u32, 1, 1],
         block: [32 * WARPS as u32, 1, 1],
@@ -246,6 +278,7 @@ fn decode(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, s
             ptr(&mut head_dim_arg),
             ptr(&mut scale),
             ptr(&mut heads_per_block),
+            ptr(&mut rows_per_block),
             ptr(&mut tile_keys),
             ptr(&mut key_stride),
             ptr(&mut n_splits),

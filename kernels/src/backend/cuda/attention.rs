@@ -1,9 +1,11 @@
 //! Paged attention (attention.cu). Decode attention is bound by reading keys and values, and the
 //! query heads of a grouped-query model that share a KV head read the same rows: so a block
-//! serves one row and the query heads of one KV head (a chunk of them, for groups larger than a
-//! block has warps), reading each key and value row once for all of them, a tile of keys at a
-//! time, coalesced. When rows × KV heads would leave SMs idle (decode), each row's keys are also
-//! split across blocks, and the last of a task's blocks to finish merges their softmax states.
+//! serves the query heads of one KV head (a chunk of them, for groups larger than a block has
+//! warps), reading each key and value row once for all of them, a tile of keys at a time,
+//! coalesced. The warps a group leaves over take the next rows of the same sequence
+//! ([`rows_per_block`]), whose keys a verify batch's rows share. When rows × KV heads would leave
+//! SMs idle (decode), each row's keys are also split across blocks, and the last of a task's
+//! blocks to finish merges their softmax states.
 //! Merging in the same kernel saves a second launch per layer on every decode step; it needs a
 //! completion counter per split task, which lives with the states so that both are allocated
 //! once, before any graph is recorded.
@@ -97,15 +99,19 @@ pub(super) fn attention(
     let group = params.n_heads / params.n_kv_heads;
     let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
+    let rows_per_block = rows_per_block(heads_per_block, chunks, batch.n_rows(), batch.n_sequences());
+    // Query heads a block serves, a warp each: the states it writes per split, and the queries it
+    // holds in shared memory.
+    let block_queries = rows_per_block * heads_per_block;
     let tasks = shape::elements(OP, batch.n_rows(), params.n_kv_heads * chunks)?;
     if tasks == 0 {
         return Ok(());
     }
     let device = &backend.device;
-    let splits = splits(device.sm_count, tasks, heads_per_block, params.head_dim);
-    let tile_keys = tile_keys(heads_per_block, params.head_dim);
+    let splits = splits(device.sm_count, tasks, block_queries, params.head_dim);
+    let tile_keys = tile_keys(block_queries, params.head_dim);
     let shared_floats =
-        heads_per_block * params.head_dim + tile_keys * (key_stride(params.head_dim) + params.head_dim);
+        block_queries * params.head_dim + tile_keys * (key_stride(params.head_dim) + params.head_dim);
     to_u32(OP, "tasks", tasks)?;
     let n_sequences = to_u32(OP, "sequences", batch.n_sequences())?;
     let block_size = FastDivisor::new(OP, batch.block_size())?;
@@ -114,6 +120,7 @@ pub(super) fn attention(
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let head_dim = to_u32(OP, "head_dim", params.head_dim)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
+    let rows_per_block = to_u32(OP, "rows per block", rows_per_block)?;
     let tile_keys = to_u32(OP, "keys per tile", tile_keys)?;
     let key_stride = to_u32(OP, "key stride", key_stride(params.head_dim))?;
     let n_splits = to_u32(OP, "splits", splits)?;
@@ -126,7 +133,12 @@ pub(super) fn attention(
     // kernel reads the tail, as counters.
     let mut counters = unsafe { tail.transmute_mut::<u32>(SPLIT_TASKS) }
         .ok_or_else(|| device_error(OP, "the partials buffer has no room for its counters"))?;
-    let kernel = if params.head_dim <= SMALL_HEAD_DIM { "attention_dim128" } else { "attention_dim512" };
+    let kernel = match (rows_per_block > 1, params.head_dim <= SMALL_HEAD_DIM) {
+        (false, true) => "attention_dim128",
+        (false, false) => "attention_dim512",
+        (true, true) => "attention_rows_dim128",
+        (true, false) => "attention_rows_dim512",
+    };
     let mut launch = device.launch(OP, kernel)?;
     launch
         .arg(&q.buf)
@@ -143,6 +155,7 @@ pub(super) fn attention(
         .arg(&head_dim)
         .arg(&params.scale)
         .arg(&heads_per_block)
+        .arg(&rows_per_block)
         .arg(&tile_keys)
         .arg(&key_stride)
         .arg(&n_splits)
@@ -164,7 +177,7 @@ pub(super) fn attention(
     let mut config = grid(OP, tasks * splits, to_u32(OP, "threads", THREADS)?)?;
     config.shared_mem_bytes = to_u32(OP, "shared memory", shared_floats * size_of::<f32>())?;
     // SAFETY: the shape check sizes `q`, `out` and both pools against the batch, whose arrays
-    // come from a validated layout; `splits` keeps tasks * splits * heads_per_block states within
+    // come from a validated layout; `splits` keeps tasks * splits * block_queries states within
     // `states` and, when it splits, one counter per task within `counters`; the shared memory
     // holds the queries and a tile as the kernel lays them out, within 48 KB; with heads of whole
     // blocks, the copy holds a byte per output value and two floats per block (and the f16 copy,
@@ -183,6 +196,15 @@ fn heads_per_block(group: usize) -> usize {
     group.div_ceil(group.div_ceil(WARPS))
 }
 
+/// Query rows per block: when the group is a single chunk and some sequence has more rows than one
+/// (a verify or prefill batch), as many as the warps it leaves over hold (2 for Qwen3-8B's groups
+/// of 4, 4 for Qwen3-0.6B's of 2), else one. The attention_rows kernels give a block that many
+/// consecutive rows of one sequence, fewer at the sequence's end, so rows of different sequences
+/// never share a block.
+fn rows_per_block(heads_per_block: usize, chunks: usize, n_rows: usize, n_sequences: usize) -> usize {
+    if chunks == 1 && n_rows > n_sequences { WARPS / heads_per_block } else { 1 }
+}
+
 /// Floats between consecutive key rows of a tile in shared memory, chosen so that the 32 lanes
 /// each reading their own key row hit distinct banks: an odd stride for rows read a float at a
 /// time, and an odd number of float4s for rows read four floats at a time (when head_dim is a
@@ -198,23 +220,44 @@ const fn key_stride(head_dim: usize) -> usize {
 }
 
 /// Keys per tile: a lane each, or fewer for large heads, so that the tile fits beside the
-/// queries in SHARED_FLOATS and TILE_LOADS elements a thread cover it.
-const fn tile_keys(heads_per_block: usize, head_dim: usize) -> usize {
+/// block's `block_queries` query heads in SHARED_FLOATS and TILE_LOADS elements a thread cover it.
+const fn tile_keys(block_queries: usize, head_dim: usize) -> usize {
     let row_elements = if head_dim.is_multiple_of(4) { head_dim / 4 } else { head_dim };
     let loaded = TILE_LOADS * THREADS / row_elements;
-    let fit = (SHARED_FLOATS - heads_per_block * head_dim) / (key_stride(head_dim) + head_dim);
+    let fit = (SHARED_FLOATS - block_queries * head_dim) / (key_stride(head_dim) + head_dim);
     let keys = if fit < loaded { fit } else { loaded };
     if keys < MAX_TILE_KEYS { keys } else { MAX_TILE_KEYS }
 }
 
 /// Blocks per task: enough for BLOCKS_PER_SM blocks on every SM, within the states buffer (a
-/// state per query head of the block) and its counters (a step too large for them is not split).
-fn splits(sm_count: usize, tasks: usize, heads_per_block: usize, head_dim: usize) -> usize {
+/// state per query head of the block, `block_queries`) and its counters (a step too large for them
+/// is not split).
+fn splits(sm_count: usize, tasks: usize, block_queries: usize, head_dim: usize) -> usize {
     let tasks = tasks.max(1);
     if tasks > SPLIT_TASKS {
         return 1;
     }
     let wanted = (BLOCKS_PER_SM * sm_count).div_ceil(tasks);
-    let room = STATES_LEN / (tasks * heads_per_block * (head_dim + 2));
+    let room = STATES_LEN / (tasks * block_queries * (head_dim + 2));
     wanted.min(room).clamp(1, MAX_SPLITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_of_one_chunk_fill_the_block_with_rows_of_multi_row_sequences() {
+        // A verify batch of 23 rows: Qwen3-8B (groups of 4), Qwen3-0.6B (2), one head a KV head,
+        // a group of 8, and of 9 (cut into chunks of 5 and 4).
+        assert_eq!(rows_per_block(heads_per_block(4), 1, 23, 1), 2);
+        assert_eq!(rows_per_block(heads_per_block(2), 1, 23, 1), 4);
+        assert_eq!(rows_per_block(heads_per_block(1), 1, 23, 1), 8);
+        assert_eq!(rows_per_block(heads_per_block(8), 1, 23, 1), 1);
+        assert_eq!(heads_per_block(9), 5);
+        assert_eq!(rows_per_block(heads_per_block(9), 2, 23, 1), 1);
+        // Decode batches: a row per sequence.
+        assert_eq!(rows_per_block(heads_per_block(4), 1, 1, 1), 1);
+        assert_eq!(rows_per_block(heads_per_block(4), 1, 8, 8), 1);
+    }
 }

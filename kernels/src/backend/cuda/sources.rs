@@ -162,7 +162,13 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             include_str!("../../../cuda/attention.cu"),
             include_str!("../../../cuda/attention_prefill.cu")
         ),
-        kernels: &["attention_dim128", "attention_dim512", "attention_prefill"],
+        kernels: &[
+            "attention_dim128",
+            "attention_dim512",
+            "attention_rows_dim128",
+            "attention_rows_dim512",
+            "attention_prefill",
+        ],
     },
     KernelSource { name: "probe.cu", code: include_str!("../../../cuda/probe.cu"), kernels: &["read_probe"] },
     KernelSource {
