@@ -81,12 +81,7 @@ pub(super) fn matmuls(
         let cols = weight.cols;
         let mixed = |first, second| {
             (n_rows == 1 && mixed_decode_kernel(first, second).is_some())
-                || mmq.is_some_and(|mmq| {
-                    mmq.covers(n_rows)
-                        && mmq.takes_mixed(first, second, n_rows)
-                        && mmq::supports(first, cols)
-                        && mmq::supports(second, cols)
-                })
+                || mmq_taking(mmq, (first, Some(second)), n_rows, cols).is_some()
         };
         let run = launch_run(&types[..rest.len().min(MAX_PROJECTIONS)], mixed);
         let (group, tail) = rest.split_at_mut(run);
@@ -176,11 +171,7 @@ fn quantized_matmuls(
     // Where the second type of a mixed group starts, and that type.
     let second = group.iter().position(|(weight, _)| weight.ty != ty);
     let second_ty = second.map(|second| group[second].0.ty);
-    let mmq = mmq.filter(|mmq| {
-        mmq.covers(n_rows)
-            && mmq::supports(ty, cols)
-            && second_ty.is_none_or(|second_ty| mmq.takes_mixed(ty, second_ty, n_rows))
-    });
+    let mmq = mmq_taking(mmq, (ty, second_ty), n_rows, cols);
     let mixed_kernel =
         match (second_ty, mmq) {
             (Some(second_ty), None) => Some(mixed_decode_kernel(ty, second_ty).ok_or_else(|| {
@@ -264,6 +255,21 @@ fn quantized_matmuls(
         unsafe { launch.launch(config) }.map_err(driver(OP))?;
     }
     Ok(())
+}
+
+/// `mmq` if its kernels take a batch of `n_rows` by `cols`-column weights of type `types.0`, followed
+/// by ones of type `types.1` if given.
+fn mmq_taking(
+    mmq: Option<&Mmq>,
+    (ty, second): (GgmlType, Option<GgmlType>),
+    n_rows: usize,
+    cols: usize,
+) -> Option<&Mmq> {
+    mmq.filter(|mmq| {
+        mmq.covers(n_rows)
+            && mmq::supports(ty, cols)
+            && second.is_none_or(|second| mmq.takes_mixed(ty, second, n_rows))
+    })
 }
 
 /// Rounds the first `n_values` of `x` (whole rows of whole blocks of 32) into its int8 copy.

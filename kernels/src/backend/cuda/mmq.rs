@@ -14,6 +14,7 @@
 //! Q5_K and Q6_K weights take it on sm_80 and later devices; rows must be whole groups of
 //! [`GROUP_COLS`] columns (always so for the K-quants).
 
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
@@ -64,6 +65,8 @@ struct SplitScratch {
     partials: ScratchBuffer<f32>,
     /// One arrival counter per tile, zero between launches.
     arrivals: Counters,
+    /// Blocks of each kernel an SM holds at once, asked of the driver at the kernel's first launch.
+    resident: HashMap<&'static str, usize>,
 }
 
 impl Mmq {
@@ -131,14 +134,21 @@ impl Mmq {
             (MmqInput::Int8(..), Some(_)) => (None, THREADS),
         };
         let kernel = kernel.ok_or(BackendError::Unsupported { op: OP, ty })?;
-        let resident = device
-            .function(OP, kernel)?
-            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
-            .map_err(driver(OP))?;
-        let splits = k_splits(tiles as usize, cols / GROUP_COLS, resident as usize * device.sm_count);
 
         let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
-        let SplitScratch { partials, arrivals } = &mut *scratch;
+        let SplitScratch { partials, arrivals, resident } = &mut *scratch;
+        let resident = match resident.get(kernel) {
+            Some(&blocks) => blocks,
+            None => {
+                let blocks = device
+                    .function(OP, kernel)?
+                    .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+                    .map_err(driver(OP))? as usize;
+                resident.insert(kernel, blocks);
+                blocks
+            }
+        };
+        let splits = k_splits(tiles as usize, cols / GROUP_COLS, resident * device.sm_count);
         // Without a split the kernel writes the output directly and touches neither buffer.
         let (partials_len, arrivals_len) =
             if splits > 1 { (tiles as usize * splits * TILE_ROWS * tile, tiles as usize) } else { (1, 1) };
