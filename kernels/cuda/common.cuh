@@ -152,6 +152,41 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0
 #endif
 }
 
+// Four 8 x 8 matrices of 16-bit elements from shared memory, as mma fragments (ldmatrix.x4):
+// lane 8m + r gives, as `offset` (in elements from `base`, 16-byte aligned), where row r of
+// matrix m starts, and lane 4g + t receives in fragment[m] row g's elements 2t, 2t + 1 of matrix
+// m, or with `transpose` column g's elements in rows 2t, 2t + 1; the lower element in the low half.
+template <bool transpose>
+__device__ __forceinline__ void load_matrices(u32 (&fragment)[4], const __half *base, u32 offset) {
+#if __CUDA_ARCH__ >= 800
+    const u32 address = (u32)__cvta_generic_to_shared(base + offset);
+    if (transpose) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
+                     : "r"(address));
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
+                     : "r"(address));
+    }
+#else
+    // The same by shuffling the row offsets, for the CPU emulator.
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int g = lane / 4, t = lane % 4;
+    const u16 *elements = (const u16 *)base;
+    for (int m = 0; m < 4; ++m) {
+        if (transpose) {
+            const u32 first = __shfl_sync(FULL_MASK, offset, 8 * m + 2 * t);
+            const u32 second = __shfl_sync(FULL_MASK, offset, 8 * m + 2 * t + 1);
+            fragment[m] = (u32)elements[first + g] | (u32)elements[second + g] << 16;
+        } else {
+            const u32 row = __shfl_sync(FULL_MASK, offset, 8 * m + g);
+            fragment[m] = (u32)elements[row + 2 * t] | (u32)elements[row + 2 * t + 1] << 16;
+        }
+    }
+#endif
+}
+
 // Sums each of N values (N a power of two, at most 32) across the warp's lanes with N - 1 + 5 -
 // log2 N shuffles instead of 5 N: each step halves the values a lane keeps, trading the half its
 // partner keeps. Total i ends in the lanes whose high log2 N bits are i, among them lane

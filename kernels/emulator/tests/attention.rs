@@ -1,11 +1,11 @@
 //! The paged attention kernels (attention.cu), emulated, against the CPU backend: the decode
 //! kernels `attention_dim128` and `attention_dim512` over every mask, whole and with each row's
 //! keys split between blocks and merged by the last, with their output's int8 copy; and the
-//! tensor-core prefill kernel `attention_prefill` (its warp-shuffle fallback for mma.sync) over
-//! causal, bidirectional and tree masks.
+//! tensor-core kernel `attention_mma` (its fallbacks for mma.sync and ldmatrix) over causal,
+//! bidirectional and tree masks, whole and split, its states merged by `attention_mma_merge`.
 //!
 //! Tolerances, as in the device tests: 1e-5 for the decode kernels, the CPU's f32 softmax in
-//! another order (`expf` is the host's here); 2e-3 for the prefill kernel, which multiplies f16
+//! another order (`expf` is the host's here); 2e-3 for the tensor-core kernel, which multiplies f16
 //! copies of the queries, keys, values and softmax weights. The int8 copy is checked against the
 //! CPU's output by `check_q8_copy`.
 //!
@@ -29,7 +29,7 @@ use common::{Rng, gaussian_row};
 use emulated::{DeviceBuffer, Q8Copy, check, check_f16_copy, check_q8_copy, fetch, ptr, run};
 
 const DECODE_TOLERANCE: f32 = 1e-5;
-const PREFILL_TOLERANCE: f32 = 2e-3;
+const MMA_TOLERANCE: f32 = 2e-3;
 
 /// attention.rs's constants: warps a block, the largest head of `attention_dim128`, keys a tile
 /// at most, elements a thread loads per tile, the shared floats a block may use, and the SM count
@@ -300,18 +300,22 @@ fn decode_with(
     assert!(counters.words(tasks).iter().all(|&c| c == 0), "{label}: merge counters reset");
 }
 
-/// Runs `attention_prefill` over the case as attention_prefill.rs launches it.
-fn prefill(label: &str, sequences: &[Sequence], block_size: usize, case: &Case) {
+/// Runs `attention_mma` over the case as attention_mma.rs launches it, with `splits` splits of
+/// each block's keys, and `attention_mma_merge` over the split states when there are several.
+fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, splits: usize) {
     let AttentionParams { n_heads, n_kv_heads, head_dim, scale } = case.params;
-    assert_eq!(head_dim, 128, "the prefill kernel's only head size");
+    assert_eq!(head_dim, 128, "the tensor-core kernel's only head size");
     let n_rows = case.q.len() / case.params.q_row_len();
     let group = n_heads / n_kv_heads;
-    let heads_per_block = group.div_ceil(group.div_ceil(4));
+    let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
     let chunks = group.div_ceil(heads_per_block);
-    let tiles = n_rows.div_ceil(16) + sequences.len();
+    let row_blocks = n_rows.div_ceil(16 * (WARPS / heads_per_block)) + sequences.len();
+    let n_states = n_rows * n_heads * splits;
     let mut flat = flatten(block_size, sequences);
     let [mut q, mut k_pool, mut v_pool] =
         [&case.q, &case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_floats(x));
+    let mut stats = DeviceBuffer::from_floats(&vec![f32::NAN; 2 * n_states]);
+    let mut parts = DeviceBuffer::from_floats(&vec![f32::NAN; n_states * head_dim]);
     let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; case.q.len()]);
     let mut pointers = [
         &mut q,
@@ -320,21 +324,24 @@ fn prefill(label: &str, sequences: &[Sequence], block_size: usize, case: &Case) 
         &mut flat.sequences,
         &mut flat.block_tables,
         &mut flat.tree_parents,
+        &mut stats,
+        &mut parts,
         &mut out,
     ]
     .map(|buffer| buffer.address());
-    let [q_ptr, k_ptr, v_ptr, seq_ptr, tables_ptr, parents_ptr, out_ptr] = &mut pointers;
+    let [q_ptr, k_ptr, v_ptr, seq_ptr, tables_ptr, parents_ptr, stats_ptr, parts_ptr, out_ptr] =
+        &mut pointers;
     let mut scale = scale;
-    let mut block_size_arg = FastDivisor::new("attention_prefill", block_size).unwrap();
-    let [mut n_sequences, mut n_heads, mut n_kv_heads, mut heads_per_block] =
-        [sequences.len(), n_heads, n_kv_heads, heads_per_block].map(|v| v as u32);
+    let mut block_size_arg = FastDivisor::new("attention_mma", block_size).unwrap();
+    let [mut n_sequences, mut n_heads, mut n_kv_heads, mut heads_per_block, mut n_splits] =
+        [sequences.len(), n_heads, n_kv_heads, heads_per_block, splits].map(|v| v as u32);
     let shape = LaunchShape {
-        grid: [tiles as u32, n_kv_heads * chunks as u32, 1],
-        block: [128, 1, 1],
+        grid: [row_blocks as u32, n_kv_heads * chunks as u32, n_splits],
+        block: [32 * WARPS as u32, 1, 1],
         dynamic_shared_bytes: 0,
     };
     run(
-        "attention_prefill",
+        "attention_mma",
         shape,
         &mut [
             ptr(q_ptr),
@@ -349,10 +356,23 @@ fn prefill(label: &str, sequences: &[Sequence], block_size: usize, case: &Case) 
             ptr(&mut n_kv_heads),
             ptr(&mut scale),
             ptr(&mut heads_per_block),
+            ptr(&mut n_splits),
+            ptr(stats_ptr),
+            ptr(parts_ptr),
             ptr(out_ptr),
         ],
     );
-    check(&format!("attention_prefill {label}"), &out.floats(case.q.len()), &case.want, PREFILL_TOLERANCE);
+    if splits > 1 {
+        let mut n_queries = (n_rows * n_heads as usize) as u32;
+        let shape = LaunchShape::linear(n_queries.div_ceil(WARPS as u32), 32 * WARPS as u32);
+        run(
+            "attention_mma_merge",
+            shape,
+            &mut [ptr(stats_ptr), ptr(parts_ptr), ptr(&mut n_queries), ptr(&mut n_splits), ptr(out_ptr)],
+        );
+    }
+    let label = format!("attention_mma {label}, {splits} splits");
+    check(&label, &out.floats(case.q.len()), &case.want, MMA_TOLERANCE);
 }
 
 static TREE: [u32; 6] = [TREE_ROOT, 0, 0, 1, TREE_ROOT, 4];
@@ -404,25 +424,46 @@ fn decode_attention_splits_long_rows() {
     }
 }
 
-/// Prefill rows in tiles of 16 that end mid-sequence: a causal prompt of 18 rows, a chunk of 10
-/// after 70 cached keys (two tiles of 64 keys, seen in part), a tree of 6 nodes and a
-/// bidirectional chunk; groups of 4 query heads over 2 KV heads, and of 8 (two blocks of 4).
-/// Smaller than the device test's 77 and 300 + 64 rows, which the warp-shuffle mma fallback
-/// makes slow here.
+/// Batches of every mask in row tiles of 16 that end mid-sequence: a causal prompt of 18 rows, a
+/// chunk of 10 after 70 cached keys (tiles of 32 keys seen in part), a tree of 6 nodes, a
+/// bidirectional chunk and a decode row among them. Groups of 4 query heads (two row tiles a
+/// block), 8 (one), 2 (four) and 3 (two, six warps working); unsplit and split 3 ways, every
+/// split but the first left without keys. Smaller than the device test's 77 and 300 + 64 rows,
+/// which the warp-shuffle mma fallback makes slow here.
 #[test]
-fn prefill_attention_matches_cpu() {
+fn mma_attention_matches_cpu_for_every_mask() {
     let mut rng = Rng::new(83);
     let sequences = [
         Sequence { n_past: 0, n_new: 18, mask: Mask::Causal, table: vec![3, 0] },
         Sequence { n_past: 70, n_new: 10, mask: Mask::Causal, table: (4..10).rev().collect() },
         Sequence { n_past: 9, n_new: 6, mask: Mask::Tree(&TREE), table: vec![10, 11] },
-        Sequence { n_past: 5, n_new: 4, mask: Mask::Bidirectional, table: vec![12] },
+        Sequence { n_past: 37, n_new: 1, mask: Mask::Causal, table: (12..15).collect() },
+        Sequence { n_past: 5, n_new: 4, mask: Mask::Bidirectional, table: vec![15] },
     ];
     let block_size = 16;
     let layout = layout_of(block_size, &sequences);
-    for heads in [(8, 2, 128), (8, 1, 128)] {
+    for heads in [(8, 2, 128), (8, 1, 128), (4, 2, 128), (6, 2, 128)] {
         let case = Case::new(&layout, heads, &mut rng);
         let label = format!("{} rows, heads {}/{} of 128", layout.n_rows(), heads.0, heads.1);
-        prefill(&label, &sequences, block_size, &case);
+        mma(&label, &sequences, block_size, &case, 1);
+        mma(&label, &sequences, block_size, &case, 3);
     }
+}
+
+/// A verify batch: a tree of 23 draft tokens (a binary tree) after 700 keys in blocks of 12 (no
+/// power of two), whose 22 tiles of keys split 4 ways take 8, 8 and 6 tiles and leave the fourth
+/// split none; the rows of Qwen3-8B's groups of 4 fill one block.
+#[test]
+fn mma_attention_splits_a_verify_batch_after_a_long_context() {
+    let mut rng = Rng::new(84);
+    let parents: Vec<u32> = (0..23u32).map(|i| if i == 0 { TREE_ROOT } else { (i - 1) / 2 }).collect();
+    let parents: &'static [u32] = Box::leak(parents.into_boxed_slice());
+    let (n_past, block_size) = (700usize, 12);
+    let table: Vec<u32> = (0..(n_past + 23).div_ceil(block_size) as u32).rev().collect();
+    let sequences = [Sequence { n_past, n_new: 23, mask: Mask::Tree(parents), table }];
+    let layout = layout_of(block_size, &sequences);
+    let case = Case::new(&layout, (8, 2, 128), &mut rng);
+    let label = format!("23 tree rows after {n_past}, heads 8/2 of 128");
+    mma(&label, &sequences, block_size, &case, 1);
+    mma(&label, &sequences, block_size, &case, 4);
 }

@@ -10,6 +10,9 @@
 //! completion counter per split task, which lives with the states so that both are allocated
 //! once, before any graph is recorded.
 //!
+//! Batches with a sequence of several rows and heads of 128 (verify and prefill) go to the
+//! tensor-core kernel of attention_mma.rs instead, which shares the split states' buffer.
+//!
 //! Everything a launch decides (heads per block, keys per tile, splits, shared memory) depends on
 //! the shape alone, never on the context length, so a recorded step stays valid at every length.
 
@@ -21,7 +24,7 @@ use cudarc::driver::{CudaSlice, DriverError};
 use super::context::{Device, device_error, driver, grid, to_u32};
 use super::divisor::FastDivisor;
 use super::memory::{CudaTensor, Q8_BLOCK};
-use super::{CudaBackend, attention_prefill};
+use super::{CudaBackend, attention_mma};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
 
 /// Warps per block, one per query head it serves (`ATTENTION_WARPS` in attention.cu).
@@ -92,8 +95,14 @@ pub(super) fn attention(
         let detail = format!("head_dim {} exceeds the CUDA kernel's {MAX_HEAD_DIM}", params.head_dim);
         return Err(BackendError::shape(OP, detail));
     }
-    if backend.prefill_attention.as_ref().is_some_and(|prefill| prefill.takes(params, batch.n_rows())) {
-        return attention_prefill::launch(backend, q, k_pool, v_pool, batch, params, out);
+    let split_attention = &backend.split_attention;
+    let mut partials = split_attention.partials.lock().unwrap_or_else(PoisonError::into_inner);
+    let (mut states, mut tail) = partials
+        .try_split_at_mut(STATES_LEN)
+        .ok_or_else(|| device_error(OP, "the partials buffer is smaller than its states"))?;
+    let (n_rows, n_sequences) = (batch.n_rows(), batch.n_sequences());
+    if backend.mma_attention.as_ref().is_some_and(|mma| mma.takes(params, n_rows, n_sequences)) {
+        return attention_mma::launch(backend, q, k_pool, v_pool, batch, params, &mut states, out);
     }
     // The shape check makes n_heads a positive multiple of n_kv_heads.
     let group = params.n_heads / params.n_kv_heads;
@@ -124,11 +133,6 @@ pub(super) fn attention(
     let tile_keys = to_u32(OP, "keys per tile", tile_keys)?;
     let key_stride = to_u32(OP, "key stride", key_stride(params.head_dim))?;
     let n_splits = to_u32(OP, "splits", splits)?;
-    let split_attention = &backend.split_attention;
-    let mut partials = split_attention.partials.lock().unwrap_or_else(PoisonError::into_inner);
-    let (mut states, mut tail) = partials
-        .try_split_at_mut(STATES_LEN)
-        .ok_or_else(|| device_error(OP, "the partials buffer is smaller than its states"))?;
     // SAFETY: u32 and f32 have the same size and every bit pattern is valid for both; only the
     // kernel reads the tail, as counters.
     let mut counters = unsafe { tail.transmute_mut::<u32>(SPLIT_TASKS) }

@@ -23,7 +23,7 @@
 
 mod attention;
 mod attention_inputs;
-mod attention_prefill;
+mod attention_mma;
 mod cache;
 mod compile;
 mod context;
@@ -64,7 +64,7 @@ use super::{
 };
 use crate::quant::GgmlType;
 use attention::SplitAttention;
-use attention_prefill::PrefillAttention;
+use attention_mma::MmaAttention;
 use context::Device;
 use gemm::Gemm;
 use memory::ScratchBuffer;
@@ -85,8 +85,8 @@ pub struct CudaBackend {
     split_attention: SplitAttention,
     /// The device side of `argmax_rows`' ids, kept since greedy decoding calls it every step.
     argmax_ids: Mutex<ScratchBuffer<u32>>,
-    /// Tensor-core attention for prefill-sized batches; absent before sm_80.
-    prefill_attention: Option<PrefillAttention>,
+    /// Tensor-core attention for verify and prefill batches; absent before sm_80.
+    mma_attention: Option<MmaAttention>,
     /// Bumped whenever device data may have changed without the ops below seeing it (a graph
     /// recorded or replayed), which makes every tensor's int8 copy stale (see matmul.rs).
     epoch: AtomicU64,
@@ -100,7 +100,7 @@ impl CudaBackend {
         let gemm = Gemm::open(&device);
         let mmq = Mmq::new(&device);
         let split_attention = SplitAttention::new(&device)?;
-        let prefill_attention = PrefillAttention::new(&device);
+        let mma_attention = MmaAttention::new(&device);
         Ok(Self {
             device,
             gemm,
@@ -108,7 +108,7 @@ impl CudaBackend {
             mmq,
             split_attention,
             argmax_ids: Mutex::default(),
-            prefill_attention,
+            mma_attention,
             epoch: AtomicU64::new(0),
             name: format!("cuda:{ordinal}"),
         })

@@ -155,19 +155,20 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "round_bf16",
         ],
     },
-    // attention_prefill.cu reuses attention.cu's key ranges: one translation unit.
+    // attention_mma.cu reuses attention.cu's key ranges: one translation unit.
     KernelSource {
         name: "attention.cu",
         code: concat!(
             include_str!("../../../cuda/attention.cu"),
-            include_str!("../../../cuda/attention_prefill.cu")
+            include_str!("../../../cuda/attention_mma.cu")
         ),
         kernels: &[
             "attention_dim128",
             "attention_dim512",
             "attention_rows_dim128",
             "attention_rows_dim512",
-            "attention_prefill",
+            "attention_mma",
+            "attention_mma_merge",
         ],
     },
     KernelSource { name: "probe.cu", code: include_str!("../../../cuda/probe.cu"), kernels: &["read_probe"] },

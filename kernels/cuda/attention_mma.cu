@@ -1,0 +1,343 @@
+#line 1 "attention_mma.cu"
+// Compiled after attention.cu, in one translation unit: it shares its key ranges and pool slots.
+//
+// Attention of batches whose sequences have several rows (verify and prefill), for heads of
+// MMA_HEAD_DIM dimensions, on the tensor cores. A block serves one KV head (or a chunk of its
+// query heads) and MMA_WARPS / heads_per_block tiles of MMA_ROWS consecutive query rows of one
+// sequence, a warp per (query head, row tile): every key and value row it reads serves up to 128
+// queries, where the split kernels of attention.cu read it once per row. For Qwen3-8B a block
+// holds a whole 23-row verify batch of one KV head.
+//
+// The block walks its keys in tiles of MMA_KEYS. Each thread holds its share of the next tile in
+// registers (f32, as the pools store it) while the warps work on the current one; between two
+// tiles it stores that share into shared memory as f16, keys and values alike row-major. Each
+// warp scores its 16 rows against the tile with mma.m16n8k16 (f16 in, f32 accumulate), the keys'
+// fragments coming from ldmatrix, folds the scores into its rows' online softmax in registers,
+// and adds the tile's weighted values with mma again: the probabilities go from the score
+// accumulators straight into the A operand, and ldmatrix's transpose turns the row-major values
+// into B fragments. Keys a row does not see score -inf, and tiles past the block's last row are
+// not read.
+//
+// A verify batch is a handful of blocks, far too few to stream a long context at the device's
+// bandwidth, so the host also splits each block's tiles across n_splits blocks (blockIdx.z),
+// each taking an even share of at least MMA_MIN_SPLIT_TILES tiles. Split blocks write each
+// query's softmax state (max and sum to `stats`, the unnormalised output to `parts`, the splits
+// of one query adjacent), and attention_mma_merge combines them; they let the merge launch early
+// (it waits for them to finish), and a split left without tiles writes max -inf, which the merge
+// skips. Unsplit launches write the output directly.
+//
+// The fragments of mma_f16 and load_matrices are laid out as common.cuh describes.
+#define MMA_HEAD_DIM 128
+#define MMA_ROWS 16
+#define MMA_KEYS 32
+#define MMA_WARPS 8
+#define MMA_THREADS (MMA_WARPS * WARP_SIZE)
+// Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
+// 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
+#define MMA_STRIDE (MMA_HEAD_DIM + 8)
+// float4s of a tile's keys, and of its values, that each thread loads.
+#define MMA_LOADS (MMA_KEYS * MMA_HEAD_DIM / 4 / MMA_THREADS)
+// Tiles a split block reads at least: fewer would cost the merge more than they save.
+#define MMA_MIN_SPLIT_TILES 8
+// Splits at most: the merge gives each a lane.
+#define MMA_MAX_SPLITS WARP_SIZE
+
+__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const u32 *)&h;
+}
+
+// A thread's share of one tile's keys and values: float4 j is dimensions 4 (e % 32) .. of key
+// e / 32 of the tile, e = threadIdx.x + j * MMA_THREADS, so a warp reads one key row at a time.
+struct MmaTileShare {
+    float4 k[MMA_LOADS];
+    float4 v[MMA_LOADS];
+};
+
+__device__ __forceinline__ void fetch_mma_tile(MmaTileShare &share, const float *k_pool, const float *v_pool,
+                                               const KeyRange &keys, u32 first_key) {
+#pragma unroll
+    for (int j = 0; j < MMA_LOADS; ++j) {
+        const u32 e = threadIdx.x + j * MMA_THREADS;
+        share.k[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        share.v[j] = share.k[j];
+        size_t at = 0;
+        if (key_offset(keys, first_key + e / (MMA_HEAD_DIM / 4), &at)) {
+            const u32 d = 4 * (e % (MMA_HEAD_DIM / 4));
+            share.k[j] = *(const float4 *)(k_pool + at + d);
+            share.v[j] = *(const float4 *)(v_pool + at + d);
+        }
+    }
+}
+
+__device__ __forceinline__ void store_mma_tile(const MmaTileShare &share, __half *k_tile, __half *v_tile) {
+#pragma unroll
+    for (int j = 0; j < MMA_LOADS; ++j) {
+        const u32 e = threadIdx.x + j * MMA_THREADS;
+        const u32 at = e / (MMA_HEAD_DIM / 4) * MMA_STRIDE + 4 * (e % (MMA_HEAD_DIM / 4));
+        const float4 k = share.k[j], v = share.v[j];
+        *(uint2 *)(k_tile + at) = make_uint2(pack_half2(k.x, k.y), pack_half2(k.z, k.w));
+        *(uint2 *)(v_tile + at) = make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+    }
+}
+
+// One block per (row block of one sequence, KV head and chunk of its query heads, split). Row
+// blocks are numbered sequence after sequence; grid.x may exceed their count (the host bounds it
+// by rows / rows per block + sequences), and blocks past it leave.
+extern "C" __global__ void __launch_bounds__(MMA_THREADS)
+    attention_mma(const float *q, const float *k_pool, const float *v_pool, const u32 *sequences,
+                  u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
+                  u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats,
+                  float *parts, float *out) {
+    wait_for_previous_kernel();
+    if (n_splits > 1) {
+        let_next_kernel_start();
+    }
+    __shared__ __align__(16) __half k_tile[MMA_KEYS * MMA_STRIDE];
+    __shared__ __align__(16) __half v_tile[MMA_KEYS * MMA_STRIDE];
+
+    const u32 row_tiles = MMA_WARPS / heads_per_block;
+    const u32 rows_per_block = row_tiles * MMA_ROWS;
+    u32 row_block = blockIdx.x;
+    const u32 *seq = nullptr;
+    for (u32 s = 0; s < n_sequences; ++s) {
+        const u32 blocks = (sequences[s * SEQ_FIELDS + 1] + rows_per_block - 1) / rows_per_block;
+        if (row_block < blocks) {
+            seq = sequences + s * SEQ_FIELDS;
+            break;
+        }
+        row_block -= blocks;
+    }
+    if (seq == nullptr) {
+        return;
+    }
+    const u32 group = n_heads / n_kv_heads;
+    const u32 chunks = (group + heads_per_block - 1) / heads_per_block;
+    const u32 kv_head = blockIdx.y / chunks;
+    const u32 chunk_start = (blockIdx.y % chunks) * heads_per_block;
+    const u32 block_heads = min(heads_per_block, group - chunk_start);
+    const u32 lane = threadIdx.x % WARP_SIZE;
+    const u32 warp = threadIdx.x / WARP_SIZE;
+    const u32 g = lane / 4;
+    const u32 t = lane % 4;
+    const u32 n_new = seq[1];
+    const u32 n_past = seq[2];
+    const u32 block_first_row = row_block * rows_per_block;
+    const u32 first_row = block_first_row + warp / heads_per_block * MMA_ROWS;
+    const size_t kv_row_len = (size_t)n_kv_heads * MMA_HEAD_DIM;
+    const size_t kv_offset = (size_t)kv_head * MMA_HEAD_DIM;
+    // The warp works when its head is in the chunk and its row tile starts inside the sequence.
+    const bool warp_live = warp % heads_per_block < block_heads && warp < row_tiles * heads_per_block &&
+                           first_row < n_new;
+    const u32 head = kv_head * group + chunk_start + min(warp % heads_per_block, block_heads - 1);
+    // This thread's two rows (g and g + 8 of the warp's tile), clamped into the sequence: a row past
+    // its end computes like the last one and is not written.
+    const u32 rows[2] = {min(first_row + g, n_new - 1), min(first_row + g + 8, n_new - 1)};
+    const KeyRange row_keys[2] = {
+        keys_of_row(seq, block_tables, tree_parents, block_size, rows[0], kv_row_len, kv_offset),
+        keys_of_row(seq, block_tables, tree_parents, block_size, rows[1], kv_row_len, kv_offset)};
+    // The block reads keys up to its last row's end, which is the latest of its rows'.
+    const KeyRange block_keys = keys_of_row(seq, block_tables, tree_parents, block_size,
+                                            min(block_first_row + rows_per_block, n_new) - 1, kv_row_len, kv_offset);
+    const u32 n_key_tiles = (block_keys.end + MMA_KEYS - 1) / MMA_KEYS;
+    const u32 split_tiles = max((n_key_tiles + n_splits - 1) / n_splits, (u32)MMA_MIN_SPLIT_TILES);
+    const u32 first_tile = min(blockIdx.z * split_tiles, n_key_tiles);
+    const u32 end_tile = min(first_tile + split_tiles, n_key_tiles);
+    if (first_tile == end_tile) {
+        // A split without keys (those of a short context, most of them at depth 0) marks its
+        // states empty and leaves before loading its queries.
+        if (warp_live && t == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const u32 row = first_row + g + 8 * r;
+                if (row < n_new) {
+                    stats[(((size_t)seq[0] + row) * n_heads + head) * n_splits + blockIdx.z] =
+                        make_float2(-INFINITY, 0.0f);
+                }
+            }
+        }
+        return;
+    }
+
+    // The warp's queries as A fragments, dimensions in chunks of 16.
+    u32 q_frag[MMA_HEAD_DIM / 16][4];
+    {
+        const float *q_rows[2] = {q + (((size_t)seq[0] + rows[0]) * n_heads + head) * MMA_HEAD_DIM,
+                                  q + (((size_t)seq[0] + rows[1]) * n_heads + head) * MMA_HEAD_DIM};
+#pragma unroll
+        for (int c = 0; c < MMA_HEAD_DIM / 16; ++c) {
+#pragma unroll
+            for (int half_index = 0; half_index < 2; ++half_index) {
+                const u32 d = c * 16 + 2 * t + 8 * half_index;
+                const float2 r0 = *(const float2 *)(q_rows[0] + d);
+                const float2 r1 = *(const float2 *)(q_rows[1] + d);
+                q_frag[c][2 * half_index] = pack_half2(r0.x, r0.y);
+                q_frag[c][2 * half_index + 1] = pack_half2(r1.x, r1.y);
+            }
+        }
+    }
+    float o_acc[MMA_HEAD_DIM / 8][4];
+#pragma unroll
+    for (int n = 0; n < MMA_HEAD_DIM / 8; ++n) {
+        o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
+    }
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.0f, 0.0f};
+    // Where this lane's ldmatrix rows start: of the keys (matrix m = lane / 8 is dimensions 8m..
+    // of key lane % 8 of an 8-key group), and of the values (matrix m is keys 8 (m % 2).. of a
+    // 16-key group, dimensions 8 (m / 2).. of a 16-dimension pair of blocks).
+    const u32 k_lane_offset = (lane % 8) * MMA_STRIDE + 8 * (lane / 8);
+    const u32 v_lane_offset = (8 * ((lane / 8) % 2) + lane % 8) * MMA_STRIDE + 8 * (lane / 16);
+
+    MmaTileShare share;
+    fetch_mma_tile(share, k_pool, v_pool, block_keys, first_tile * MMA_KEYS);
+    for (u32 key_tile = first_tile; key_tile < end_tile; ++key_tile) {
+        const u32 first_key = key_tile * MMA_KEYS;
+        __syncthreads();
+        store_mma_tile(share, k_tile, v_tile);
+        if (key_tile + 1 < end_tile) {
+            fetch_mma_tile(share, k_pool, v_pool, block_keys, first_key + MMA_KEYS);
+        }
+        __syncthreads();
+        if (!warp_live) {
+            continue;
+        }
+        // Scores of the warp's 16 rows against the tile's keys, 8 keys per accumulator.
+        float s[MMA_KEYS / 8][4];
+#pragma unroll
+        for (int n = 0; n < MMA_KEYS / 8; ++n) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < MMA_HEAD_DIM / 16; c += 2) {
+                u32 b[4];
+                load_matrices<false>(b, k_tile, n * 8 * MMA_STRIDE + c * 16 + k_lane_offset);
+                mma_f16(s[n], q_frag[c], b[0], b[1]);
+                mma_f16(s[n], q_frag[c + 1], b[2], b[3]);
+            }
+        }
+        // Mask and scale, then each row's tile maximum over its four lanes. Keys of the committed
+        // context are seen by every row.
+        const bool all_seen = first_key + MMA_KEYS <= n_past;
+        float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < MMA_KEYS / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 p = first_key + n * 8 + 2 * t + (e % 2);
+                const int r = e / 2;
+                s[n][e] = all_seen || row_sees(row_keys[r], p) ? s[n][e] * scale : -INFINITY;
+                tile_max[r] = fmaxf(tile_max[r], s[n][e]);
+            }
+        }
+        float rescale[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(FULL_MASK, tile_max[r], 1));
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(FULL_MASK, tile_max[r], 2));
+            const float new_max = fmaxf(row_max[r], tile_max[r]);
+            // A row that has seen nothing yet keeps max -inf, and its weights below are all 0.
+            rescale[r] = new_max == -INFINITY ? 1.0f : __expf(row_max[r] - new_max);
+            row_max[r] = new_max;
+        }
+        float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int n = 0; n < MMA_KEYS / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e / 2;
+                s[n][e] = s[n][e] == -INFINITY ? 0.0f : __expf(s[n][e] - row_max[r]);
+                tile_sum[r] += s[n][e];
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            tile_sum[r] += __shfl_xor_sync(FULL_MASK, tile_sum[r], 1);
+            tile_sum[r] += __shfl_xor_sync(FULL_MASK, tile_sum[r], 2);
+            row_sum[r] = row_sum[r] * rescale[r] + tile_sum[r];
+        }
+#pragma unroll
+        for (int n = 0; n < MMA_HEAD_DIM / 8; ++n) {
+            o_acc[n][0] *= rescale[0];
+            o_acc[n][1] *= rescale[0];
+            o_acc[n][2] *= rescale[1];
+            o_acc[n][3] *= rescale[1];
+        }
+        // The weights as A fragments, 16 keys at a time, times the values, two blocks of 8
+        // dimensions a load.
+#pragma unroll
+        for (int c = 0; c < MMA_KEYS / 16; ++c) {
+            const u32 p_frag[4] = {pack_half2(s[2 * c][0], s[2 * c][1]), pack_half2(s[2 * c][2], s[2 * c][3]),
+                                   pack_half2(s[2 * c + 1][0], s[2 * c + 1][1]),
+                                   pack_half2(s[2 * c + 1][2], s[2 * c + 1][3])};
+#pragma unroll
+            for (int n = 0; n < MMA_HEAD_DIM / 8; n += 2) {
+                u32 b[4];
+                load_matrices<true>(b, v_tile, c * 16 * MMA_STRIDE + n * 8 + v_lane_offset);
+                mma_f16(o_acc[n], p_frag, b[0], b[1]);
+                mma_f16(o_acc[n + 1], p_frag, b[2], b[3]);
+            }
+        }
+    }
+    if (!warp_live) {
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32 row = first_row + g + 8 * r;
+        if (row >= n_new) {
+            continue;
+        }
+        const size_t query = ((size_t)seq[0] + row) * n_heads + head;
+        if (n_splits == 1) {
+            const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
+            float *out_row = out + query * MMA_HEAD_DIM;
+#pragma unroll
+            for (int n = 0; n < MMA_HEAD_DIM / 8; ++n) {
+                *(float2 *)(out_row + n * 8 + 2 * t) =
+                    make_float2(o_acc[n][2 * r] * inverse, o_acc[n][2 * r + 1] * inverse);
+            }
+            continue;
+        }
+        const size_t state = query * n_splits + blockIdx.z;
+        if (t == 0) {
+            stats[state] = make_float2(row_max[r], row_sum[r]);
+        }
+        float *part = parts + state * MMA_HEAD_DIM;
+#pragma unroll
+        for (int n = 0; n < MMA_HEAD_DIM / 8; ++n) {
+            *(float2 *)(part + n * 8 + 2 * t) = make_float2(o_acc[n][2 * r], o_acc[n][2 * r + 1]);
+        }
+    }
+}
+
+// Combines the split states of attention_mma: a warp per query (row, query head), lane s reading
+// split s's max and sum, each lane then holding 4 dimensions of the output.
+extern "C" __global__ void __launch_bounds__(MMA_THREADS)
+    attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, float *out) {
+    wait_for_previous_kernel();
+    const u32 lane = threadIdx.x % WARP_SIZE;
+    const u32 query = blockIdx.x * MMA_WARPS + threadIdx.x / WARP_SIZE;
+    if (query >= n_queries) {
+        return;
+    }
+    const size_t first_state = (size_t)query * n_splits;
+    const float2 own = lane < n_splits ? stats[first_state + lane] : make_float2(-INFINITY, 0.0f);
+    const float max = warp_max(own.x);
+    const float weight = own.x == -INFINITY ? 0.0f : __expf(own.x - max);
+    const float sum = warp_sum(weight * own.y);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (u32 split = 0; split < n_splits; ++split) {
+        const float w = __shfl_sync(FULL_MASK, weight, split);
+        if (w == 0.0f) {
+            continue;
+        }
+        const float4 part = *(const float4 *)(parts + (first_state + split) * MMA_HEAD_DIM + 4 * lane);
+        acc.x += w * part.x;
+        acc.y += w * part.y;
+        acc.z += w * part.z;
+        acc.w += w * part.w;
+    }
+    const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+    *(float4 *)(out + (size_t)query * MMA_HEAD_DIM + 4 * lane) =
+        make_float4(acc.x * inverse, acc.y * inverse, acc.z * inverse, acc.w * inverse);
+}

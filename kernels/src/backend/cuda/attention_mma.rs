@@ -1,0 +1,175 @@
+//! Attention of batches whose sequences have several rows (verify and prefill) on the tensor
+//! cores (`attention_mma` in attention_mma.cu): a block serves the query heads of one KV head and
+//! up to 128 query rows of one sequence, and multiplies f16 copies of each tile of keys and values
+//! with mma.sync, so that every key and value row read serves all of them. A verify batch is only
+//! a few such blocks, so each block's keys are also split across blocks ([`splits`]), whose
+//! softmax states `attention_mma_merge` combines. The split kernels of attention.rs keep batches
+//! of one row per sequence (decode), which would leave 15 of a warp's 16 rows idle here.
+//!
+//! As in attention.rs, everything a launch decides depends on the shape alone, never on the
+//! context length, so a recorded verify step stays valid at every length.
+
+use cudarc::driver::{CudaViewMut, LaunchConfig};
+
+use super::CudaBackend;
+use super::context::{Device, device_error, driver, grid, rows_from_env, to_u32};
+use super::divisor::FastDivisor;
+use super::memory::CudaTensor;
+use crate::backend::{AttentionBatch, AttentionParams, BackendError};
+
+/// The only head size of the kernel (`MMA_HEAD_DIM`).
+const HEAD_DIM: usize = 128;
+/// Query rows per warp (`MMA_ROWS`).
+const ROWS: usize = 16;
+/// Warps per block (`MMA_WARPS`): a (query head, row tile) each.
+const WARPS: usize = 8;
+/// Splits of a block's keys at most (`MMA_MAX_SPLITS`): the merge gives each a lane.
+const MAX_SPLITS: usize = 32;
+/// Blocks per SM that a split launch aims for.
+const BLOCKS_PER_SM: usize = 2;
+/// The fewest rows that take the kernel by default.
+const DEFAULT_MIN_ROWS: usize = 2;
+
+/// The kernel's switch: present on devices with f16 mma.sync and ldmatrix (sm_80 and later).
+pub(super) struct MmaAttention {
+    /// The fewest rows of a batch that take the kernel: `CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS` or
+    /// [`DEFAULT_MIN_ROWS`].
+    min_rows: usize,
+}
+
+impl MmaAttention {
+    pub fn new(device: &Device) -> Option<Self> {
+        let sm = device.arch.strip_prefix("sm_")?.parse::<u32>().ok()?;
+        (sm >= 80)
+            .then(|| Self { min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS) })
+    }
+
+    /// Whether the kernel takes a batch of `n_rows` rows in `n_sequences` sequences with heads of
+    /// `params`: some sequence must have several rows.
+    pub fn takes(&self, params: &AttentionParams, n_rows: usize, n_sequences: usize) -> bool {
+        params.head_dim == HEAD_DIM && n_rows >= self.min_rows && n_rows > n_sequences
+    }
+}
+
+/// Launches the kernel, and the merge when it splits, with the split states in `states`; the
+/// caller has checked the shapes and [`MmaAttention::takes`].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch(
+    backend: &CudaBackend,
+    q: &CudaTensor,
+    k_pool: &CudaTensor,
+    v_pool: &CudaTensor,
+    batch: &AttentionBatch<CudaBackend>,
+    params: &AttentionParams,
+    states: &mut CudaViewMut<'_, f32>,
+    out: &mut CudaTensor,
+) -> Result<(), BackendError> {
+    const OP: &str = "attention";
+    let group = params.n_heads / params.n_kv_heads;
+    let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
+    let chunks = group.div_ceil(heads_per_block);
+    let rows_per_block = ROWS * (WARPS / heads_per_block);
+    // Each sequence's rows start a row block of their own, so there are at most this many.
+    let row_blocks = batch.n_rows().div_ceil(rows_per_block) + batch.n_sequences();
+    let head_blocks = params.n_kv_heads * chunks;
+    let n_queries = batch.n_rows() * params.n_heads;
+    let device = &backend.device;
+    // The splits aim at the blocks the rows fill, not at the bound's spare ones.
+    let blocks = batch.n_rows().div_ceil(rows_per_block) * head_blocks;
+    let splits = splits(device.sm_count, blocks, n_queries, states.len());
+    let n_states = n_queries * splits;
+    // The outputs' states start on a float4 boundary, as the merge reads them.
+    let stats_len = (2 * n_states).next_multiple_of(4);
+    let (mut stats, mut parts) = states
+        .try_split_at_mut(stats_len)
+        .ok_or_else(|| device_error(OP, "the split states do not fit the partials buffer"))?;
+    let config = LaunchConfig {
+        grid_dim: (
+            to_u32(OP, "row blocks", row_blocks)?,
+            to_u32(OP, "head blocks", head_blocks)?,
+            to_u32(OP, "splits", splits)?,
+        ),
+        block_dim: (to_u32(OP, "threads", 32 * WARPS)?, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let n_sequences = to_u32(OP, "sequences", batch.n_sequences())?;
+    let block_size = FastDivisor::new(OP, batch.block_size())?;
+    let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
+    let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
+    let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
+    let n_splits = to_u32(OP, "splits", splits)?;
+    let mut launch = device.launch(OP, "attention_mma")?;
+    launch
+        .arg(&q.buf)
+        .arg(&k_pool.buf)
+        .arg(&v_pool.buf)
+        .arg(&batch.sequences.buf)
+        .arg(&n_sequences)
+        .arg(&batch.block_tables.buf)
+        .arg(&batch.tree_parents.buf)
+        .value(&block_size)
+        .arg(&n_heads)
+        .arg(&n_kv_heads)
+        .arg(&params.scale)
+        .arg(&heads_per_block)
+        .arg(&n_splits)
+        .arg(&mut stats)
+        .arg(&mut parts)
+        .arg(&mut out.buf);
+    // SAFETY: the caller's shape check sizes `q`, `out` and both pools against the batch, whose
+    // arrays come from a validated layout; the kernel reads only keys below each row's end, which
+    // lie inside its sequence's block table, and writes only rows of the batch; `splits` keeps
+    // the n_queries x splits states (two floats in `stats`, HEAD_DIM in `parts` each) within
+    // `states`.
+    unsafe { launch.launch(config) }.map_err(driver(OP))?;
+    if splits == 1 {
+        return Ok(());
+    }
+    let n_queries = to_u32(OP, "queries", n_queries)?;
+    let mut merge = device.launch(OP, "attention_mma_merge")?;
+    merge.arg(&mut stats).arg(&mut parts).arg(&n_queries).arg(&n_splits).arg(&mut out.buf);
+    let config = grid(OP, (n_queries as usize).div_ceil(WARPS), to_u32(OP, "threads", 32 * WARPS)?)?;
+    // SAFETY: a warp per query reads its `splits` states, which the launch above wrote, and
+    // writes its output row, HEAD_DIM floats of `out`.
+    unsafe { merge.launch(config) }.map_err(driver(OP))?;
+    Ok(())
+}
+
+/// Splits of each block's keys: enough for BLOCKS_PER_SM blocks on every SM, within the merge's
+/// MAX_SPLITS and the `states_len` floats of split states (two floats and a head each per query
+/// and split, and up to three floats aligning the heads).
+fn splits(sm_count: usize, blocks: usize, n_queries: usize, states_len: usize) -> usize {
+    let wanted = (BLOCKS_PER_SM * sm_count).div_ceil(blocks.max(1));
+    let room = states_len.saturating_sub(3) / (n_queries.max(1) * (HEAD_DIM + 2));
+    wanted.min(room).clamp(1, MAX_SPLITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_batches_split_their_keys_and_prefill_batches_do_not() {
+        let states_len = 8192 * 514;
+        // Qwen3-8B, 23 rows: one row block of 8 KV heads, split as far as the merge goes.
+        assert_eq!(splits(132, 8, 23 * 32, states_len), MAX_SPLITS);
+        // 64 rows: two row blocks, 17 splits wanted, and the states bound them.
+        let room = (states_len - 3) / (64 * 32 * 130);
+        assert_eq!(room, 15);
+        assert_eq!(splits(132, 2 * 8, 64 * 32, states_len), room);
+        // A long prefill fills the device alone.
+        assert_eq!(splits(132, 64 * 8, 2048 * 32, states_len), 1);
+        // More SMs than states: never past MAX_SPLITS.
+        assert_eq!(splits(10_000, 1, 1, states_len), MAX_SPLITS);
+    }
+
+    #[test]
+    fn only_batches_with_a_multi_row_sequence_and_heads_of_128_take_the_kernel() {
+        let attention = MmaAttention { min_rows: 2 };
+        let params = |head_dim| AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim, scale: 1.0 };
+        assert!(attention.takes(&params(128), 23, 1));
+        assert!(!attention.takes(&params(128), 8, 8));
+        assert!(!attention.takes(&params(64), 23, 1));
+        assert!(!attention.takes(&params(128), 1, 1));
+    }
+}
