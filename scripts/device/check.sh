@@ -156,13 +156,14 @@ if has durations23; then
         "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 --repetitions 1 --warmup 0
 fi
 if has verify-depth; then
-    # Verify-sized forwards after long contexts, with the split-K attention (verify batches'
-    # default) and with the tensor-core prefill attention from 16 rows, which reads each key and
-    # value row once per 16 query rows instead of once per row.
+    # Verify-sized forwards after long contexts, with the tensor-core attention (verify batches'
+    # default), which reads each key and value row once for all the rows of a block, and with the
+    # split kernels of attention.cu (the tensor-core kernel from 65 rows only), which read them
+    # once per row or two.
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
-    for min_rows in 65 16; do
-        echo "== CANOPY_CUDA_PREFILL_ATTENTION_MIN_ROWS=$min_rows"
-        CANOPY_CUDA_PREFILL_ATTENTION_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/q8b.gguf" --backend cuda \
+    for min_rows in 2 65; do
+        echo "== CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS=$min_rows"
+        CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/q8b.gguf" --backend cuda \
             --prefill 0 --decode 0 --depths 0,4096,16384 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "fwd"
     done | tee "$out/verify-depth.txt"
 fi
