@@ -311,9 +311,13 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 }
 
 // Combines the split states of attention_mma: a warp per query (row, query head), lane s reading
-// split s's max and sum, each lane then holding 4 dimensions of the output.
+// split s's max and sum, each lane then holding 4 dimensions of the output. With `out_q` set it
+// also writes the output's int8 copy, and with `out_halves` its f16 copy and row scales (1, as in
+// attention.cu's HeadOutput), which the output projection reads instead of rounding the output
+// in a launch of its own.
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
-    attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, float *out) {
+    attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, u32 n_heads,
+                        float *out, u32 *out_q, float2 *out_scales, u16 *out_halves, float *out_half_scales) {
     wait_for_previous_kernel();
     const u32 lane = threadIdx.x % WARP_SIZE;
     const u32 query = blockIdx.x * MMA_WARPS + threadIdx.x / WARP_SIZE;
@@ -338,6 +342,17 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
         acc.w += w * part.w;
     }
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-    *(float4 *)(out + (size_t)query * MMA_HEAD_DIM + 4 * lane) =
-        make_float4(acc.x * inverse, acc.y * inverse, acc.z * inverse, acc.w * inverse);
+    const float4 value = make_float4(acc.x * inverse, acc.y * inverse, acc.z * inverse, acc.w * inverse);
+    const size_t quad = (size_t)query * (MMA_HEAD_DIM / 4) + lane;
+    ((float4 *)out)[quad] = value;
+    if (out_q == NULL) {
+        return;
+    }
+    store_q8_quad(value, quad, true, out_q, out_scales);
+    if (out_halves != NULL) {
+        store_f16_quad(value, quad, true, 1.0f, out_halves);
+        if (query % n_heads == 0 && lane == 0) {
+            out_half_scales[query / n_heads] = 1.0f;
+        }
+    }
 }

@@ -301,7 +301,8 @@ fn decode_with(
 }
 
 /// Runs `attention_mma` over the case as attention_mma.rs launches it, with `splits` splits of
-/// each block's keys, and `attention_mma_merge` over the split states when there are several.
+/// each block's keys, and `attention_mma_merge` over the split states when there are several,
+/// which also writes the output's int8 and f16 copies.
 fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, splits: usize) {
     let AttentionParams { n_heads, n_kv_heads, head_dim, scale } = case.params;
     assert_eq!(head_dim, 128, "the tensor-core kernel's only head size");
@@ -317,6 +318,7 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
     let mut stats = DeviceBuffer::from_floats(&vec![f32::NAN; 2 * n_states]);
     let mut parts = DeviceBuffer::from_floats(&vec![f32::NAN; n_states * head_dim]);
     let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; case.q.len()]);
+    let mut copy = Q8Copy::zeroed(case.q.len());
     let mut pointers = [
         &mut q,
         &mut k_pool,
@@ -327,10 +329,27 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
         &mut stats,
         &mut parts,
         &mut out,
+        &mut copy.values,
+        &mut copy.scales,
+        &mut copy.halves,
+        &mut copy.half_scales,
     ]
     .map(|buffer| buffer.address());
-    let [q_ptr, k_ptr, v_ptr, seq_ptr, tables_ptr, parents_ptr, stats_ptr, parts_ptr, out_ptr] =
-        &mut pointers;
+    let [
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        seq_ptr,
+        tables_ptr,
+        parents_ptr,
+        stats_ptr,
+        parts_ptr,
+        out_ptr,
+        oq_ptr,
+        os_ptr,
+        oh_ptr,
+        ohs_ptr,
+    ] = &mut pointers;
     let mut scale = scale;
     let mut block_size_arg = FastDivisor::new("attention_mma", block_size).unwrap();
     let [mut n_sequences, mut n_heads, mut n_kv_heads, mut heads_per_block, mut n_splits] =
@@ -368,11 +387,29 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
         run(
             "attention_mma_merge",
             shape,
-            &mut [ptr(stats_ptr), ptr(parts_ptr), ptr(&mut n_queries), ptr(&mut n_splits), ptr(out_ptr)],
+            &mut [
+                ptr(stats_ptr),
+                ptr(parts_ptr),
+                ptr(&mut n_queries),
+                ptr(&mut n_splits),
+                ptr(&mut n_heads),
+                ptr(out_ptr),
+                ptr(oq_ptr),
+                ptr(os_ptr),
+                ptr(oh_ptr),
+                ptr(ohs_ptr),
+            ],
         );
     }
     let label = format!("attention_mma {label}, {splits} splits");
-    check(&label, &out.floats(case.q.len()), &case.want, MMA_TOLERANCE);
+    let got = out.floats(case.q.len());
+    check(&label, &got, &case.want, MMA_TOLERANCE);
+    // The copies round the kernel's own output, whose f16 error against the CPU is larger than
+    // the copies' checks allow for.
+    if splits > 1 {
+        check_q8_copy(&label, &copy, &got, DECODE_TOLERANCE);
+        check_f16_copy(&label, &copy, &got, n_heads as usize * 128, DECODE_TOLERANCE);
+    }
 }
 
 static TREE: [u32; 6] = [TREE_ROOT, 0, 0, 1, TREE_ROOT, 4];

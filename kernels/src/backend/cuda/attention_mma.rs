@@ -9,6 +9,9 @@
 //! As in attention.rs, everything a launch decides depends on the shape alone, never on the
 //! context length, so a recorded verify step stays valid at every length.
 
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+
 use cudarc::driver::{CudaViewMut, LaunchConfig};
 
 use super::CudaBackend;
@@ -125,13 +128,23 @@ pub(super) fn launch(
     if splits == 1 {
         return Ok(());
     }
+    let config = grid(OP, n_queries.div_ceil(WARPS), to_u32(OP, "threads", 32 * WARPS)?)?;
     let n_queries = to_u32(OP, "queries", n_queries)?;
     let mut merge = device.launch(OP, "attention_mma_merge")?;
-    merge.arg(&mut stats).arg(&mut parts).arg(&n_queries).arg(&n_splits).arg(&mut out.buf);
-    let config = grid(OP, (n_queries as usize).div_ceil(WARPS), to_u32(OP, "threads", 32 * WARPS)?)?;
+    merge.arg(&mut stats).arg(&mut parts).arg(&n_queries).arg(&n_splits).arg(&n_heads).arg(&mut out.buf);
+    // The merge also writes the output's copies for the output projection (heads of 128 are whole
+    // int8 blocks).
+    let n_values = out.len;
+    let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
+    let halves = backend.writes_halves(batch.n_rows());
+    let buffers = copy.buffers(device, OP, n_values, batch.n_rows(), halves)?;
+    merge.arg(buffers.values).arg(buffers.scales).arg(buffers.halves).arg(buffers.half_scales);
     // SAFETY: a warp per query reads its `splits` states, which the launch above wrote, and
-    // writes its output row, HEAD_DIM floats of `out`.
+    // writes its output row, HEAD_DIM floats of `out`, and of the copies a byte and with
+    // `halves` a half per value, two floats per block of 32 and with `halves` a float per row,
+    // within the buffers sized for `n_values` values in the batch's rows.
     unsafe { merge.launch(config) }.map_err(driver(OP))?;
+    copy.mark_written(backend.epoch.load(Ordering::Relaxed), n_values, halves);
     Ok(())
 }
 
