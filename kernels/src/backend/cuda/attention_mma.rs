@@ -81,8 +81,9 @@ pub(super) fn launch(
     let blocks = batch.n_rows().div_ceil(rows_per_block) * head_blocks;
     let splits = splits(device.sm_count, blocks, n_queries, states.len());
     let n_states = n_queries * splits;
-    // The outputs' states start on a float4 boundary, as the merge reads them.
-    let stats_len = (2 * n_states).next_multiple_of(4);
+    // The outputs' states start on a float4 boundary, as the merge reads them. Unsplit launches
+    // write no states, however many queries they have.
+    let stats_len = if splits > 1 { (2 * n_states).next_multiple_of(4) } else { 0 };
     let (mut stats, mut parts) = states
         .try_split_at_mut(stats_len)
         .ok_or_else(|| device_error(OP, "the split states do not fit the partials buffer"))?;
