@@ -23,6 +23,7 @@ use cudarc::driver::{CudaSlice, DriverError};
 
 use super::context::{Device, device_error, driver, grid, to_u32};
 use super::divisor::FastDivisor;
+use super::launch::Launch;
 use super::memory::{CudaTensor, Q8_BLOCK};
 use super::{CudaBackend, attention_mma};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
@@ -144,15 +145,8 @@ pub(super) fn attention(
         (true, false) => "attention_rows_dim512",
     };
     let mut launch = device.launch(OP, kernel)?;
+    push_batch_args(&mut launch, [q, k_pool, v_pool], batch, &n_sequences, &block_size);
     launch
-        .arg(&q.buf)
-        .arg(&k_pool.buf)
-        .arg(&v_pool.buf)
-        .arg(&batch.sequences.buf)
-        .arg(&n_sequences)
-        .arg(&batch.block_tables.buf)
-        .arg(&batch.tree_parents.buf)
-        .value(&block_size)
         .arg(&n_rows)
         .arg(&n_heads)
         .arg(&n_kv_heads)
@@ -192,6 +186,26 @@ pub(super) fn attention(
         copy.mark_written(backend.epoch.load(Ordering::Relaxed), n_values, halves);
     }
     Ok(())
+}
+
+/// Pushes the arguments every attention kernel starts with: the queries, both pools, and the
+/// batch description.
+pub(super) fn push_batch_args<'a>(
+    launch: &mut Launch<'a>,
+    [q, k_pool, v_pool]: [&'a CudaTensor; 3],
+    batch: &'a AttentionBatch<CudaBackend>,
+    n_sequences: &'a u32,
+    block_size: &'a FastDivisor,
+) {
+    launch
+        .arg(&q.buf)
+        .arg(&k_pool.buf)
+        .arg(&v_pool.buf)
+        .arg(&batch.sequences.buf)
+        .arg(n_sequences)
+        .arg(&batch.block_tables.buf)
+        .arg(&batch.tree_parents.buf)
+        .value(block_size);
 }
 
 /// Query heads per block: the whole group when it has no more heads than a block has warps, else

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use cudarc::driver::{CudaViewMut, LaunchConfig};
 
 use super::CudaBackend;
+use super::attention::push_batch_args;
 use super::context::{Device, device_error, driver, grid, rows_from_env, to_u32};
 use super::divisor::FastDivisor;
 use super::memory::CudaTensor;
@@ -103,15 +104,8 @@ pub(super) fn launch(
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
     let n_splits = to_u32(OP, "splits", splits)?;
     let mut launch = device.launch(OP, "attention_mma")?;
+    push_batch_args(&mut launch, [q, k_pool, v_pool], batch, &n_sequences, &block_size);
     launch
-        .arg(&q.buf)
-        .arg(&k_pool.buf)
-        .arg(&v_pool.buf)
-        .arg(&batch.sequences.buf)
-        .arg(&n_sequences)
-        .arg(&batch.block_tables.buf)
-        .arg(&batch.tree_parents.buf)
-        .value(&block_size)
         .arg(&n_heads)
         .arg(&n_kv_heads)
         .arg(&params.scale)
