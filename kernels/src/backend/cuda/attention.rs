@@ -209,8 +209,8 @@ pub(super) fn push_batch_args<'a>(
 }
 
 /// Query heads per block: the whole group when it has no more heads than a block has warps, else
-/// the group cut into as few even chunks as fit.
-fn heads_per_block(group: usize) -> usize {
+/// the group cut into as few even chunks as fit. attention_mma's blocks have as many warps.
+pub(super) fn heads_per_block(group: usize) -> usize {
     group.div_ceil(group.div_ceil(WARPS))
 }
 

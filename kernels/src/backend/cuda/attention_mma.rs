@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use cudarc::driver::{CudaViewMut, LaunchConfig};
 
 use super::CudaBackend;
-use super::attention::push_batch_args;
+use super::attention::{heads_per_block, push_batch_args};
 use super::context::{Device, device_error, driver, grid, rows_from_env, to_u32};
 use super::divisor::FastDivisor;
 use super::memory::CudaTensor;
@@ -25,7 +25,7 @@ use crate::backend::{AttentionBatch, AttentionParams, BackendError};
 const HEAD_DIM: usize = 128;
 /// Query rows per warp (`MMA_ROWS`).
 const ROWS: usize = 16;
-/// Warps per block (`MMA_WARPS`): a (query head, row tile) each.
+/// Warps per block (`MMA_WARPS`, as attention.rs's blocks have): a (query head, row tile) each.
 const WARPS: usize = 8;
 /// Splits of a block's keys at most (`MMA_MAX_SPLITS`): the merge gives each a lane.
 const MAX_SPLITS: usize = 32;
@@ -70,7 +70,7 @@ pub(super) fn launch(
 ) -> Result<(), BackendError> {
     const OP: &str = "attention";
     let group = params.n_heads / params.n_kv_heads;
-    let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
+    let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
     let rows_per_block = ROWS * (WARPS / heads_per_block);
     // Each sequence's rows start a row block of their own, so there are at most this many.
