@@ -106,6 +106,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
     } else {
         print!("{}", table(&model_name, model.backend_name(), &report));
+        for result in &report.results {
+            if let Some(cost) = report.cost_in_one_token_passes(result) {
+                println!("{}: {cost:.2}x a one-token pass", result.name());
+            }
+        }
         if let Some(floor) = floor {
             println!("{}", floor.describe(&report));
         }
@@ -223,6 +228,7 @@ fn json_report(
             "tokens_per_second": result.tokens_per_second(),
             "runs_ms": result.runs.iter().map(|run| run.as_secs_f64() * 1e3).collect::<Vec<_>>(),
             "fraction_of_floor": floor.filter(|_| result.kind == BenchKind::Decode).map(|floor| floor.fraction(result)),
+            "cost_in_one_token_passes": report.cost_in_one_token_passes(result),
         })
     };
     json!({

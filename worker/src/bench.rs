@@ -173,6 +173,22 @@ pub struct BenchReport {
     pub skipped: Vec<String>,
 }
 
+impl BenchReport {
+    /// How many times a one-token forward pass at the same depth a forward pass of several tokens
+    /// costs (a verify batch's price in decode steps), when both were measured.
+    pub fn cost_in_one_token_passes(&self, result: &BenchResult) -> Option<f64> {
+        if result.kind != BenchKind::Forward || result.tokens < 2 {
+            return None;
+        }
+        let one = self
+            .results
+            .iter()
+            .find(|r| r.kind == BenchKind::Forward && r.tokens == 1 && r.depth == result.depth)?;
+        let one = one.median().as_secs_f64();
+        (one > 0.0).then(|| result.median().as_secs_f64() / one)
+    }
+}
+
 struct Bench<'m, M> {
     model: &'m mut M,
     logits: Vec<f32>,
@@ -271,6 +287,34 @@ mod tests {
         fn kv_usage(&self) -> KvUsage {
             KvUsage::default()
         }
+    }
+
+    #[test]
+    fn forward_passes_are_priced_in_one_token_passes_at_their_own_depth() {
+        let forward = |tokens, depth, ms| BenchResult {
+            kind: BenchKind::Forward,
+            tokens,
+            depth,
+            runs: vec![Duration::from_millis(ms)],
+        };
+        let report = BenchReport {
+            results: vec![
+                forward(1, 0, 2),
+                forward(23, 0, 3),
+                forward(1, 4096, 4),
+                forward(23, 4096, 5),
+                forward(8, 16384, 9),
+            ],
+            skipped: Vec::new(),
+        };
+        let cost = |i: usize| report.cost_in_one_token_passes(&report.results[i]);
+        assert_eq!(cost(0), None);
+        assert_eq!(cost(1), Some(1.5));
+        assert_eq!(cost(3), Some(1.25));
+        // No one-token pass at depth 16384.
+        assert_eq!(cost(4), None);
+        let decode = BenchResult { kind: BenchKind::Decode, ..forward(23, 0, 3) };
+        assert_eq!(report.cost_in_one_token_passes(&decode), None);
     }
 
     #[test]
