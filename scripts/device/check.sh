@@ -197,15 +197,15 @@ if has switches; then
     done | tee "$out/switches.txt"
 fi
 if has ab; then
-    # The same decode and verify measurements with each of pack.sh's revisions and this build,
-    # alternating, twice, in one call on one file.
+    # The same decode and verify measurements, on an empty context and after 16384 tokens, with
+    # each of pack.sh's revisions and this build, alternating, twice, in one call on one file.
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
     for round in 1 2; do
         for build in $builds canopy; do
             echo "== $build (round $round)"
-            "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --forward 1,8,23,32,64 \
-                --repetitions 3 2>&1 | grep -E "tg|fwd"
+            "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --depths 0,16384 \
+                --forward 1,8,23,32,64 --repetitions 3 2>&1 | grep -E "tg|fwd"
         done
     done | tee "$out/ab.txt"
 fi
