@@ -16,7 +16,7 @@ fn bench_prints_a_table_with_every_test() {
     let out = canopy(&[&["bench", MODEL][..], &TINY[..]].concat());
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<&str> = stdout.lines().collect();
+    let lines: Vec<&str> = stdout.lines().take_while(|line| line.starts_with('|')).collect();
     assert!(lines[0].starts_with("| model") && lines[0].contains("t/s"), "{stdout}");
     let tests: Vec<&str> = lines[2..].iter().map(|line| line.split('|').nth(3).unwrap().trim()).collect();
     assert_eq!(tests, ["pp8", "pp16", "tg4", "fwd1", "fwd3"]);
@@ -24,6 +24,13 @@ fn bench_prints_a_table_with_every_test() {
         let rate: f64 = line.split('|').nth(6).unwrap().trim().parse().unwrap();
         assert!(rate > 0.0, "{line}");
     }
+    // Below the table, the 3-token pass priced in one-token passes.
+    let footer: Vec<&str> = stdout.lines().skip(lines.len()).collect();
+    let cost = footer
+        .iter()
+        .find_map(|line| line.strip_prefix("fwd3: ")?.strip_suffix("x a one-token pass"))
+        .unwrap_or_else(|| panic!("no cost of fwd3 in {stdout}"));
+    assert!(cost.parse::<f64>().unwrap() > 0.0, "{stdout}");
 }
 
 #[test]
@@ -46,6 +53,12 @@ fn bench_json_is_valid_and_consistent() {
         let tokens = result["tokens"].as_f64().unwrap();
         assert!((rate - tokens / (median / 1e3)).abs() <= 1e-6 * rate, "{result}");
     }
+    // Only the several-token pass is priced in one-token passes: its median over fwd1's.
+    let median = |i: usize| results[i]["median_ms"].as_f64().unwrap();
+    let costs: Vec<Option<f64>> = results.iter().map(|r| r["cost_in_one_token_passes"].as_f64()).collect();
+    assert_eq!(costs[..4], [None; 4]);
+    let cost = costs[4].unwrap();
+    assert!((cost - median(4) / median(3)).abs() <= 1e-9 * cost, "{cost}");
 }
 
 #[test]
