@@ -131,7 +131,7 @@ fn step_ops(backend: &CudaBackend) -> Outcome {
         style: RopeStyle::Neox,
     };
     let k = backend.upload(&pseudo_random(KV_HEADS * HEAD_DIM, 7))?;
-    let mut pool = backend.zeros(4096 * KV_HEADS * HEAD_DIM)?;
+    let mut pool = backend.kv_pool(4096 * KV_HEADS * HEAD_DIM)?;
     let slots = backend.upload_index(&[77])?;
     let gate = backend.upload(&pseudo_random(FFN, 8))?;
     let up = backend.upload(&pseudo_random(FFN, 9))?;
@@ -173,8 +173,8 @@ fn attention_at(
     let layout = AttentionLayout::new(BLOCK_SIZE, &[spec])?;
     let batch = AttentionBatch::upload(backend, &layout)?;
     let pool_len = layout.slots_needed() * params.kv_row_len();
-    let k_pool = backend.upload(&pseudo_random(pool_len, 10))?;
-    let v_pool = backend.upload(&pseudo_random(pool_len, 11))?;
+    let k_pool = backend.upload_kv_pool(&pseudo_random(pool_len, 10))?;
+    let v_pool = backend.upload_kv_pool(&pseudo_random(pool_len, 11))?;
     let q = backend.upload(&pseudo_random(params.q_row_len(), 12))?;
     let mut out = backend.zeros(params.q_row_len())?;
     report(&format!("attention 1 row, {depth} keys"), &mut || {

@@ -82,8 +82,8 @@ impl Pool {
         }
         let len = n_blocks * block_size * params.kv_row_len();
         // Garbage in unused slots: attention must not read them.
-        let k = backend.upload(&gaussian_row(len, 100.0, rng)).unwrap();
-        let v = backend.upload(&gaussian_row(len, 100.0, rng)).unwrap();
+        let k = backend.upload_kv_pool(&gaussian_row(len, 100.0, rng)).unwrap();
+        let v = backend.upload_kv_pool(&gaussian_row(len, 100.0, rng)).unwrap();
         Self { block_size, free, k, v }
     }
 
@@ -392,15 +392,15 @@ fn attention_refuses_pools_and_buffers_that_do_not_fit() {
     let batch = AttentionBatch::upload(&backend, &AttentionLayout::new(4, &specs).unwrap()).unwrap();
     let q = backend.zeros(2 * p.q_row_len()).unwrap();
     let mut out = backend.zeros(2 * p.q_row_len()).unwrap();
-    let fits = backend.zeros(16 * kv_row).unwrap();
+    let fits = backend.kv_pool(16 * kv_row).unwrap();
     backend.attention(&q, &fits, &fits, &batch, &p, &mut out).unwrap();
 
     let expect_error = |result: Result<(), BackendError>| match result {
         Err(BackendError::Shape { op: "attention", .. }) => {}
         other => panic!("expected an attention shape error, got {other:?}"),
     };
-    let small = backend.zeros(15 * kv_row).unwrap();
-    let ragged = backend.zeros(16 * kv_row + 1).unwrap();
+    let small = backend.kv_pool(15 * kv_row).unwrap();
+    let ragged = backend.kv_pool(16 * kv_row + 1).unwrap();
     expect_error(backend.attention(&q, &small, &fits, &batch, &p, &mut out));
     expect_error(backend.attention(&q, &fits, &small, &batch, &p, &mut out));
     expect_error(backend.attention(&q, &ragged, &fits, &batch, &p, &mut out));

@@ -17,6 +17,12 @@ fn download(backend: &CpuBackend, t: &CpuTensor) -> Vec<f32> {
     out
 }
 
+fn download_pool(backend: &CpuBackend, pool: &<CpuBackend as Backend>::KvPool) -> Vec<f32> {
+    let mut out = vec![0.0; pool.len()];
+    backend.download_kv_pool(pool, &mut out).unwrap();
+    out
+}
+
 fn assert_error<T: std::fmt::Debug>(result: Result<T, BackendError>, op: &str, index_error: bool) {
     match result {
         Err(BackendError::Shape { op: reported, .. }) if !index_error => assert_eq!(reported, op),
@@ -113,7 +119,7 @@ fn write_kv_scatters_rows_to_their_slots() {
     let initial = gaussian_row(slots_in_pool * row_len, 1.0, &mut rng);
     let new = gaussian_row(3 * row_len, 1.0, &mut rng);
     let slots = [7u32, 2, 9];
-    let mut pool = backend.upload(&initial).unwrap();
+    let mut pool = backend.upload_kv_pool(&initial).unwrap();
     let (new_tensor, slot_index) = (backend.upload(&new).unwrap(), backend.upload_index(&slots).unwrap());
     backend.write_kv(&mut pool, &new_tensor, &slot_index, 3, row_len).unwrap();
 
@@ -121,11 +127,11 @@ fn write_kv_scatters_rows_to_their_slots() {
     for (i, &slot) in slots.iter().enumerate() {
         expected[slot as usize * row_len..][..row_len].copy_from_slice(&new[i * row_len..][..row_len]);
     }
-    assert_eq!(download(&backend, &pool), expected);
+    assert_eq!(download_pool(&backend, &pool), expected);
 
     let bad_slots = backend.upload_index(&[1, 10]).unwrap();
     assert_error(backend.write_kv(&mut pool, &new_tensor, &bad_slots, 2, row_len), "write_kv", true);
-    assert_eq!(download(&backend, &pool), expected, "a refused write_kv writes nothing");
+    assert_eq!(download_pool(&backend, &pool), expected, "a refused write_kv writes nothing");
     assert_error(backend.write_kv(&mut pool, &new_tensor, &slot_index, 3, 7), "write_kv", false);
     assert_error(backend.write_kv(&mut pool, &new_tensor, &slot_index, 4, row_len), "write_kv", false);
 }
@@ -141,7 +147,7 @@ fn copy_kv_reads_every_source_before_writing() {
         [(&[2, 3, 4], &[3, 4, 5]), (&[5, 4, 3], &[4, 3, 2]), (&[20, 22, 25], &[20, 21, 22])];
     for (src, dst) in cases {
         let initial = gaussian_row(32 * row_len, 1.0, &mut rng);
-        let mut pool = backend.upload(&initial).unwrap();
+        let mut pool = backend.upload_kv_pool(&initial).unwrap();
         let (src_index, dst_index) = (backend.upload_index(src).unwrap(), backend.upload_index(dst).unwrap());
         backend.copy_kv(&mut pool, &src_index, &dst_index, src.len(), row_len).unwrap();
         let mut expected = initial.clone();
@@ -149,9 +155,9 @@ fn copy_kv_reads_every_source_before_writing() {
             expected[d as usize * row_len..][..row_len]
                 .copy_from_slice(&initial[s as usize * row_len..][..row_len]);
         }
-        assert_eq!(download(&backend, &pool), expected, "{src:?} -> {dst:?}");
+        assert_eq!(download_pool(&backend, &pool), expected, "{src:?} -> {dst:?}");
     }
-    let mut pool = backend.zeros(8 * row_len).unwrap();
+    let mut pool = backend.kv_pool(8 * row_len).unwrap();
     let (good, bad) = (backend.upload_index(&[0, 1]).unwrap(), backend.upload_index(&[0, 8]).unwrap());
     assert_error(backend.copy_kv(&mut pool, &good, &bad, 2, row_len), "copy_kv", true);
     assert_error(backend.copy_kv(&mut pool, &bad, &good, 2, row_len), "copy_kv", true);

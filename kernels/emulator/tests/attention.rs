@@ -103,7 +103,8 @@ impl Case {
         let q = gaussian_row(layout.n_rows() * params.q_row_len(), 2.0, rng);
         let cpu = CpuBackend::new();
         let batch = AttentionBatch::upload(&cpu, layout).unwrap();
-        let [q_t, k_t, v_t] = [&q, &k_pool, &v_pool].map(|x| cpu.upload(x).unwrap());
+        let q_t = cpu.upload(&q).unwrap();
+        let [k_t, v_t] = [&k_pool, &v_pool].map(|x| cpu.upload_kv_pool(x).unwrap());
         let mut out = cpu.zeros(q.len()).unwrap();
         cpu.attention(&q_t, &k_t, &v_t, &batch, &params, &mut out).unwrap();
         let want = fetch(&cpu, &out, q.len());

@@ -56,7 +56,7 @@ fn reference(
     };
     let inputs = AttentionInputs { q_raw: &q_raw, k_raw: &k_raw, v: &v, heads };
     let (mut q, mut k) = (cpu.zeros(host.q_raw.len()).unwrap(), cpu.zeros(host.k_raw.len()).unwrap());
-    let (mut k_pool, mut v_pool) = (cpu.upload(&host.pool).unwrap(), cpu.upload(&host.pool).unwrap());
+    let [mut k_pool, mut v_pool] = [(); 2].map(|_| cpu.upload_kv_pool(&host.pool).unwrap());
     let targets = AttentionTargets { q: &mut q, k: &mut k, k_pool: &mut k_pool, v_pool: &mut v_pool };
     cpu.attention_inputs(&inputs, targets).unwrap();
     [(&q, host.q_raw.len()), (&k, host.k_raw.len()), (&k_pool, host.pool.len()), (&v_pool, host.pool.len())]

@@ -135,7 +135,7 @@ fn row_movement_matches_cpu() {
     let new = gaussian_row(3 * row_len, 1.0, &mut rng);
     let n = pool.len();
     let cpu = CpuBackend::new();
-    let mut cpu_pool = cpu.upload(&pool).unwrap();
+    let mut cpu_pool = cpu.upload_kv_pool(&pool).unwrap();
     let mut device_pool = DeviceBuffer::from_floats(&pool);
 
     let slots = [9u32, 2, 15];

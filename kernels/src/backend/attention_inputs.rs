@@ -56,8 +56,8 @@ pub struct AttentionProjections<'a, B: Backend> {
 pub struct AttentionTargets<'a, B: Backend> {
     pub q: &'a mut B::Tensor,
     pub k: &'a mut B::Tensor,
-    pub k_pool: &'a mut B::Tensor,
-    pub v_pool: &'a mut B::Tensor,
+    pub k_pool: &'a mut B::KvPool,
+    pub v_pool: &'a mut B::KvPool,
 }
 
 /// [`Backend::attention_inputs`](super::Backend::attention_inputs) as its six ops.

@@ -1,7 +1,7 @@
 //! The compute seam between model code and devices.
 //!
 //! [`Backend`] is a small set of fused ops over device buffers: dense f32 tensors, weight matrices
-//! in their GGUF block format, and `u32` index arrays. Model code is written once against it; the
+//! in their GGUF block format, KV pools in the backend's cache format, and `u32` index arrays. Model code is written once against it; the
 //! CPU backend ([`cpu::CpuBackend`]) is the reference every other backend is tested against.
 //!
 //! Conventions every backend follows:
@@ -63,8 +63,12 @@ pub trait WeightMatrix: Send + Sync {
 
 /// A compute device and its fused ops. See the [module docs](self) for the conventions.
 pub trait Backend: Send + Sync + Sized + 'static {
-    /// A dense f32 array: activations, norm weights, KV pools.
+    /// A dense f32 array: activations, norm weights.
     type Tensor: DeviceArray;
+    /// A layer's keys or values for every KV slot, in the backend's cache format: elements
+    /// `[slots, n_kv_heads, head_dim]`, written by [`Self::write_kv`] and the attention inputs and
+    /// read by [`Self::attention`].
+    type KvPool: DeviceArray;
     /// A weight matrix, uploaded once.
     type Weight: WeightMatrix;
     /// A `u32` array: token ids, positions, KV slots, block tables, tree parents.
@@ -77,6 +81,15 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// A tensor of `len` zeros.
     fn zeros(&self, len: usize) -> Result<Self::Tensor, BackendError>;
+
+    /// A KV pool of `len` elements, all zero.
+    fn kv_pool(&self, len: usize) -> Result<Self::KvPool, BackendError>;
+
+    /// A KV pool holding `data`, in the pool's format.
+    fn upload_kv_pool(&self, data: &[f32]) -> Result<Self::KvPool, BackendError>;
+
+    /// Copies the first `out.len()` elements of `pool` to the host, as f32.
+    fn download_kv_pool(&self, pool: &Self::KvPool, out: &mut [f32]) -> Result<(), BackendError>;
 
     /// A tensor holding `data`.
     fn upload(&self, data: &[f32]) -> Result<Self::Tensor, BackendError>;
@@ -201,7 +214,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// rows of `row_len`. Slots must be distinct.
     fn write_kv(
         &self,
-        pool: &mut Self::Tensor,
+        pool: &mut Self::KvPool,
         new: &Self::Tensor,
         slots: &Self::Index,
         n_rows: usize,
@@ -213,7 +226,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// (compacting the accepted nodes of a draft tree). Destination slots must be distinct.
     fn copy_kv(
         &self,
-        pool: &mut Self::Tensor,
+        pool: &mut Self::KvPool,
         src_slots: &Self::Index,
         dst_slots: &Self::Index,
         n_rows: usize,
@@ -237,8 +250,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn attention(
         &self,
         q: &Self::Tensor,
-        k_pool: &Self::Tensor,
-        v_pool: &Self::Tensor,
+        k_pool: &Self::KvPool,
+        v_pool: &Self::KvPool,
         batch: &AttentionBatch<Self>,
         params: &AttentionParams,
         out: &mut Self::Tensor,

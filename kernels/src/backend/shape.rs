@@ -180,8 +180,8 @@ pub(crate) fn gather_rows(
 
 pub(crate) fn attention<B: Backend>(
     q: &B::Tensor,
-    k_pool: &B::Tensor,
-    v_pool: &B::Tensor,
+    k_pool: &B::KvPool,
+    v_pool: &B::KvPool,
     batch: &AttentionBatch<B>,
     params: &AttentionParams,
     out: &B::Tensor,

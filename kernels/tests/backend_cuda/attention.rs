@@ -47,7 +47,7 @@ fn fused_inputs<B: Backend>(
     q_rope: RopeParams,
     k_rope: RopeParams,
 ) -> Vec<Vec<f32>> {
-    let [q_raw, k_raw, v, q_norm, k_norm, pool] = host.each_ref().map(|data| backend.upload(data).unwrap());
+    let [q_raw, k_raw, v, q_norm, k_norm] = [0, 1, 2, 3, 4].map(|i| backend.upload(&host[i]).unwrap());
     let (positions, slots) = (backend.upload_index(positions).unwrap(), backend.upload_index(slots).unwrap());
     let n_rows = positions.len();
     let heads = HeadParams {
@@ -62,10 +62,12 @@ fn fused_inputs<B: Backend>(
     };
     let inputs = AttentionInputs { q_raw: &q_raw, k_raw: &k_raw, v: &v, heads };
     let (mut q, mut k) = (backend.zeros(q_raw.len()).unwrap(), backend.zeros(k_raw.len()).unwrap());
-    let (mut k_pool, mut v_pool) = (backend.upload(&host[5]).unwrap(), pool);
+    let [mut k_pool, mut v_pool] = [(); 2].map(|_| backend.upload_kv_pool(&host[5]).unwrap());
     let targets = AttentionTargets { q: &mut q, k: &mut k, k_pool: &mut k_pool, v_pool: &mut v_pool };
     backend.attention_inputs(&inputs, targets).unwrap();
-    [&q, &k, &k_pool, &v_pool].map(|tensor| fetch(backend, tensor, tensor.len())).to_vec()
+    let mut outputs = [&q, &k].map(|tensor| fetch(backend, tensor, tensor.len())).to_vec();
+    outputs.extend([&k_pool, &v_pool].map(|pool| fetch_pool(backend, pool, pool.len())));
+    outputs
 }
 
 /// One sequence of the attention test: its shape and its pool blocks.
@@ -203,8 +205,8 @@ fn replay_at_context_lengths(gpu: &CudaBackend, n_new: usize, mask: Mask<'_>, to
     };
     let pool_len = table.len() * block_size * params.kv_row_len();
     let pools = [gaussian_row(pool_len, 1.0, &mut rng), gaussian_row(pool_len, 1.0, &mut rng)];
-    let [cpu_k, cpu_v] = pools.each_ref().map(|x| cpu.upload(x).unwrap());
-    let [gpu_k, gpu_v] = pools.each_ref().map(|x| gpu.upload(x).unwrap());
+    let [cpu_k, cpu_v] = pools.each_ref().map(|x| cpu.upload_kv_pool(x).unwrap());
+    let [gpu_k, gpu_v] = pools.each_ref().map(|x| gpu.upload_kv_pool(x).unwrap());
     let n = n_new * params.q_row_len();
     let q = gaussian_row(n, 2.0, &mut rng);
     let (mut cpu_q, mut gpu_q) = (cpu.upload(&q).unwrap(), gpu.upload(&q).unwrap());
@@ -258,13 +260,14 @@ fn attention_output_int8_copy_feeds_the_output_projection() {
             let bytes = random_weight(ty, rows, cols, &mut rng);
             let cpu_weight = cpu.upload_weight(ty, rows, cols, &bytes).unwrap();
             let gpu_weight = gpu.upload_weight(ty, rows, cols, &bytes).unwrap();
-            let cpu_in = [&q, &pools[0], &pools[1]].map(|x| cpu.upload(x).unwrap());
-            let gpu_in = [&q, &pools[0], &pools[1]].map(|x| gpu.upload(x).unwrap());
+            let (cpu_q, gpu_q) = (cpu.upload(&q).unwrap(), gpu.upload(&q).unwrap());
+            let [cpu_k, cpu_v] = pools.each_ref().map(|x| cpu.upload_kv_pool(x).unwrap());
+            let [gpu_k, gpu_v] = pools.each_ref().map(|x| gpu.upload_kv_pool(x).unwrap());
             let (mut cpu_attn, mut gpu_attn) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
             let cpu_batch = AttentionBatch::upload(&cpu, &layout).unwrap();
             let gpu_batch = AttentionBatch::upload(gpu, &layout).unwrap();
-            cpu.attention(&cpu_in[0], &cpu_in[1], &cpu_in[2], &cpu_batch, &params, &mut cpu_attn).unwrap();
-            gpu.attention(&gpu_in[0], &gpu_in[1], &gpu_in[2], &gpu_batch, &params, &mut gpu_attn).unwrap();
+            cpu.attention(&cpu_q, &cpu_k, &cpu_v, &cpu_batch, &params, &mut cpu_attn).unwrap();
+            gpu.attention(&gpu_q, &gpu_k, &gpu_v, &gpu_batch, &params, &mut gpu_attn).unwrap();
             let label = format!(
                 "attention -> {ty} matmul, {n_new} rows after {n_past}, heads {n_heads} of {head_dim}"
             );
@@ -298,10 +301,11 @@ fn attention_parity(
     let cpu_batch = AttentionBatch::upload(&cpu, layout).unwrap();
     let gpu_batch = AttentionBatch::upload(gpu, layout).unwrap();
     let (mut cpu_out, mut gpu_out) = (cpu.zeros(n).unwrap(), gpu.zeros(n).unwrap());
-    let cpu_in = [&q, &k_pool, &v_pool].map(|x| cpu.upload(x).unwrap());
-    let gpu_in = [&q, &k_pool, &v_pool].map(|x| gpu.upload(x).unwrap());
-    cpu.attention(&cpu_in[0], &cpu_in[1], &cpu_in[2], &cpu_batch, &params, &mut cpu_out).unwrap();
-    gpu.attention(&gpu_in[0], &gpu_in[1], &gpu_in[2], &gpu_batch, &params, &mut gpu_out).unwrap();
+    let (cpu_q, gpu_q) = (cpu.upload(&q).unwrap(), gpu.upload(&q).unwrap());
+    let [cpu_k, cpu_v] = [&k_pool, &v_pool].map(|x| cpu.upload_kv_pool(x).unwrap());
+    let [gpu_k, gpu_v] = [&k_pool, &v_pool].map(|x| gpu.upload_kv_pool(x).unwrap());
+    cpu.attention(&cpu_q, &cpu_k, &cpu_v, &cpu_batch, &params, &mut cpu_out).unwrap();
+    gpu.attention(&gpu_q, &gpu_k, &gpu_v, &gpu_batch, &params, &mut gpu_out).unwrap();
     let label = format!("attention {} rows, heads {n_heads}/{n_kv_heads} dim {head_dim}", layout.n_rows());
     // Batches with a sequence of several rows and heads of 128 take the tensor-core kernel, on
     // f16 copies.
@@ -377,7 +381,7 @@ fn project<B: Backend>(
     let [mut q_raw, mut k_raw, mut v] = [0, 1, 2].map(|p| backend.zeros(n_rows * weights[p].rows()).unwrap());
     let [mut q, mut k] = [q_rope, k_rope].map(|rope| backend.zeros(n_rows * rope.row_len()).unwrap());
     let [q_norm, k_norm] = norms.each_ref().map(|n| backend.upload(n).unwrap());
-    let [mut k_pool, mut v_pool] = pools.each_ref().map(|p| backend.upload(p).unwrap());
+    let [mut k_pool, mut v_pool] = pools.each_ref().map(|p| backend.upload_kv_pool(p).unwrap());
     let (positions, slots) = (backend.upload_index(positions).unwrap(), backend.upload_index(slots).unwrap());
     let heads = HeadParams {
         q_norm: &q_norm,
@@ -397,5 +401,7 @@ fn project<B: Backend>(
     };
     let targets = AttentionTargets { q: &mut q, k: &mut k, k_pool: &mut k_pool, v_pool: &mut v_pool };
     backend.project_attention_inputs(projections, &heads, targets).unwrap();
-    [&q_raw, &k_raw, &v, &q, &k, &k_pool, &v_pool].map(|t| fetch(backend, t, t.len()))
+    let [q_raw, k_raw, v, q, k] = [&q_raw, &k_raw, &v, &q, &k].map(|t| fetch(backend, t, t.len()));
+    let [k_pool, v_pool] = [&k_pool, &v_pool].map(|p| fetch_pool(backend, p, p.len()));
+    [q_raw, k_raw, v, q, k, k_pool, v_pool]
 }

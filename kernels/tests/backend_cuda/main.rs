@@ -64,6 +64,13 @@ fn fetch<B: Backend>(backend: &B, tensor: &B::Tensor, len: usize) -> Vec<f32> {
     out
 }
 
+/// The first `len` elements of a KV pool, as f32.
+fn fetch_pool<B: Backend>(backend: &B, pool: &B::KvPool, len: usize) -> Vec<f32> {
+    let mut out = vec![0.0; len];
+    backend.download_kv_pool(pool, &mut out).unwrap();
+    out
+}
+
 /// Asserts `got` matches `want` within `tolerance` (see the module docs) and prints the error.
 fn check(label: &str, got: &[f32], want: &[f32], tolerance: f32) {
     assert_eq!(got.len(), want.len(), "{label}: lengths");
@@ -228,14 +235,15 @@ fn row_movement_matches_cpu() {
     let (pool_rows, row_len) = (16, 96);
     let pool = gaussian_row(pool_rows * row_len, 1.0, &mut rng);
     let new = gaussian_row(3 * row_len, 1.0, &mut rng);
-    let (mut cpu_pool, mut gpu_pool) = (cpu.upload(&pool).unwrap(), gpu.upload(&pool).unwrap());
+    let (mut cpu_pool, mut gpu_pool) =
+        (cpu.upload_kv_pool(&pool).unwrap(), gpu.upload_kv_pool(&pool).unwrap());
     let slots = [9u32, 2, 15];
     cpu.write_kv(&mut cpu_pool, &cpu.upload(&new).unwrap(), &cpu.upload_index(&slots).unwrap(), 3, row_len)
         .unwrap();
     gpu.write_kv(&mut gpu_pool, &gpu.upload(&new).unwrap(), &gpu.upload_index(&slots).unwrap(), 3, row_len)
         .unwrap();
     let n = pool.len();
-    check("write_kv", &fetch(gpu, &gpu_pool, n), &fetch(&cpu, &cpu_pool, n), 0.0);
+    check("write_kv", &fetch_pool(gpu, &gpu_pool, n), &fetch_pool(&cpu, &cpu_pool, n), 0.0);
 
     // Overlapping sources and destinations: row 4 is read before it is overwritten.
     let (src, dst) = ([4u32, 6, 9, 1], [3u32, 4, 5, 6]);
@@ -255,7 +263,7 @@ fn row_movement_matches_cpu() {
         row_len,
     )
     .unwrap();
-    check("copy_kv", &fetch(gpu, &gpu_pool, n), &fetch(&cpu, &cpu_pool, n), 0.0);
+    check("copy_kv", &fetch_pool(gpu, &gpu_pool, n), &fetch_pool(&cpu, &cpu_pool, n), 0.0);
 
     // The index array is rewritten in place before the gather reads it.
     let mut gpu_rows = gpu.upload_index(&[0, 0, 0, 0, 0]).unwrap();

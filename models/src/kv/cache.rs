@@ -58,7 +58,7 @@ pub struct KvCache<B: Backend> {
     instance: u64,
     config: KvConfig,
     block_bytes: usize,
-    pools: Vec<(B::Tensor, B::Tensor)>,
+    pools: Vec<(B::KvPool, B::KvPool)>,
     allocator: BlockAllocator,
     sequences: HashMap<SeqId, Sequence>,
     next_id: u64,
@@ -87,7 +87,7 @@ impl<B: Backend> KvCache<B> {
         }
         let allocator = BlockAllocator::new(config.n_blocks)?;
         let pools = (0..config.n_layers)
-            .map(|_| Ok((backend.zeros(pool_len)?, backend.zeros(pool_len)?)))
+            .map(|_| Ok((backend.kv_pool(pool_len)?, backend.kv_pool(pool_len)?)))
             .collect::<Result<_, KvError>>()?;
         static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
@@ -240,12 +240,12 @@ impl<B: Backend> KvCache<B> {
     }
 
     /// The K and V pools of `layer`.
-    pub fn pools(&self, layer: usize) -> Option<(&B::Tensor, &B::Tensor)> {
+    pub fn pools(&self, layer: usize) -> Option<(&B::KvPool, &B::KvPool)> {
         self.pools.get(layer).map(|(k, v)| (k, v))
     }
 
     /// The K and V pools of `layer`, to write new tokens' keys and values.
-    pub fn pools_mut(&mut self, layer: usize) -> Option<(&mut B::Tensor, &mut B::Tensor)> {
+    pub fn pools_mut(&mut self, layer: usize) -> Option<(&mut B::KvPool, &mut B::KvPool)> {
         self.pools.get_mut(layer).map(|(k, v)| (k, v))
     }
 
@@ -311,8 +311,8 @@ mod tests {
         let n_slots = 4 * 4;
         let marked: Vec<f32> = (0..n_slots).flat_map(|s| [s as f32, -(s as f32)]).collect();
         for (k, v) in &mut cache.pools {
-            *k = backend.upload(&marked).unwrap();
-            *v = backend.upload(&marked).unwrap();
+            *k = backend.upload_kv_pool(&marked).unwrap();
+            *v = backend.upload_kv_pool(&marked).unwrap();
         }
         let node_slots: Vec<usize> = (0..5).map(|i| cache.slot(a, 2 + i).unwrap()).collect();
         cache.compact(&backend, a, 2, &[1, 3, 4]).unwrap();
@@ -321,7 +321,7 @@ mod tests {
             let (k, v) = cache.pools(layer).unwrap();
             for pool in [k, v] {
                 let mut host = vec![0.0; n_slots * 2];
-                backend.download(pool, &mut host).unwrap();
+                backend.download_kv_pool(pool, &mut host).unwrap();
                 for (j, node) in [1, 3, 4].into_iter().enumerate() {
                     let slot = cache.slot(a, 2 + j).unwrap();
                     assert_eq!(host[slot * 2], node_slots[node] as f32, "layer {layer} position {}", 2 + j);

@@ -44,6 +44,7 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
+    type KvPool = CpuTensor;
     type Weight = CpuWeight;
     type Index = CpuIndex;
     type Graph = std::convert::Infallible;
@@ -62,6 +63,18 @@ impl Backend for CpuBackend {
 
     fn download(&self, src: &CpuTensor, out: &mut [f32]) -> Result<(), BackendError> {
         memory::download(src, out)
+    }
+
+    fn kv_pool(&self, len: usize) -> Result<CpuTensor, BackendError> {
+        self.zeros(len)
+    }
+
+    fn upload_kv_pool(&self, data: &[f32]) -> Result<CpuTensor, BackendError> {
+        self.upload(data)
+    }
+
+    fn download_kv_pool(&self, pool: &CpuTensor, out: &mut [f32]) -> Result<(), BackendError> {
+        self.download(pool, out)
     }
 
     fn upload_index(&self, data: &[u32]) -> Result<CpuIndex, BackendError> {

@@ -140,6 +140,7 @@ impl std::fmt::Debug for CudaBackend {
 
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
+    type KvPool = CudaTensor;
     type Weight = CudaWeight;
     type Index = CudaIndex;
     type Graph = CudaGraphExec;
@@ -158,6 +159,18 @@ impl Backend for CudaBackend {
 
     fn download(&self, src: &CudaTensor, out: &mut [f32]) -> Result<(), BackendError> {
         transfer::download(&self.device, src, out)
+    }
+
+    fn kv_pool(&self, len: usize) -> Result<CudaTensor, BackendError> {
+        self.zeros(len)
+    }
+
+    fn upload_kv_pool(&self, data: &[f32]) -> Result<CudaTensor, BackendError> {
+        self.upload(data)
+    }
+
+    fn download_kv_pool(&self, pool: &CudaTensor, out: &mut [f32]) -> Result<(), BackendError> {
+        self.download(pool, out)
     }
 
     fn upload_index(&self, data: &[u32]) -> Result<CudaIndex, BackendError> {
