@@ -7,11 +7,11 @@
 //! Tolerances, as in the device tests: 1e-5 for the decode kernels, the CPU's f32 softmax in
 //! another order (`expf` is the host's here); 2e-3 for the tensor-core kernel, which multiplies f16
 //! copies of the queries, keys, values and softmax weights. The int8 copy is checked against the
-//! CPU's output by `check_q8_copy`.
+//! CPU's output by `check_q8_copy` (the merge's copies against the kernel's own output).
 //!
 //! The shapes are the device tests' shrunk to what the emulator runs in a few seconds: contexts
-//! of up to 701 keys instead of 5001, no 140-row prefill in the decode test, and prefill batches
-//! of 38 rows instead of 142.
+//! of up to 723 keys instead of 5064, no 140-row prefill in the decode test, and tensor-core
+//! batches of 39 rows instead of 142.
 
 #![allow(clippy::unwrap_used)]
 
