@@ -39,8 +39,6 @@
 #define MMA_LOADS (MMA_KEYS * MMA_HEAD_DIM / 4 / MMA_THREADS)
 // Tiles a split block reads at least: fewer would cost the merge more than they save.
 #define MMA_MIN_SPLIT_TILES 8
-// Splits at most: the merge gives each a lane.
-#define MMA_MAX_SPLITS WARP_SIZE
 
 __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
@@ -311,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 }
 
 // Combines the split states of attention_mma: a warp per query (row, query head), lane s reading
-// split s's max and sum, each lane then holding 4 dimensions of the output. With `out_q` set it
+// split s's max and sum (so at most WARP_SIZE splits), each lane then holding 4 dimensions of the output. With `out_q` set it
 // also writes the output's int8 copy, and with `out_halves` its f16 copy and row scales (1, as in
 // attention.cu's HeadOutput), which the output projection reads instead of rounding the output
 // in a launch of its own.

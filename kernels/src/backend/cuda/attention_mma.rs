@@ -27,7 +27,7 @@ const HEAD_DIM: usize = 128;
 const ROWS: usize = 16;
 /// Warps per block (`MMA_WARPS`, as attention.rs's blocks have): a (query head, row tile) each.
 const WARPS: usize = 8;
-/// Splits of a block's keys at most (`MMA_MAX_SPLITS`): the merge gives each a lane.
+/// Splits of a block's keys at most: `attention_mma_merge` gives each a lane of a warp.
 const MAX_SPLITS: usize = 32;
 /// Blocks per SM that a split launch aims for.
 const BLOCKS_PER_SM: usize = 2;
