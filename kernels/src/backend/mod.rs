@@ -69,6 +69,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `[slots, n_kv_heads, head_dim]`, written by [`Self::write_kv`] and the attention inputs and
     /// read by [`Self::attention`].
     type KvPool: DeviceArray;
+    /// Bytes one element of a [`Self::KvPool`] occupies.
+    const KV_ELEMENT_BYTES: usize;
     /// A weight matrix, uploaded once.
     type Weight: WeightMatrix;
     /// A `u32` array: token ids, positions, KV slots, block tables, tree parents.

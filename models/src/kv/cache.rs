@@ -28,9 +28,9 @@ impl KvConfig {
         self.n_kv_heads * self.head_dim
     }
 
-    /// Bytes one block occupies over every layer's K and V pools (f32 elements).
-    pub fn block_bytes(&self) -> Option<usize> {
-        [self.block_size, self.row_len(), self.n_layers, 2, size_of::<f32>()]
+    /// Bytes one block occupies over every layer's K and V pools, of `element_bytes` an element.
+    pub fn block_bytes(&self, element_bytes: usize) -> Option<usize> {
+        [self.block_size, self.row_len(), self.n_layers, 2, element_bytes]
             .into_iter()
             .try_fold(1usize, |acc, n| acc.checked_mul(n))
     }
@@ -74,7 +74,9 @@ impl<B: Backend> KvCache<B> {
         if [config.n_layers, config.n_kv_heads, config.head_dim, config.block_size].contains(&0) {
             return Err(invalid("layers, heads, head_dim and block_size must be positive"));
         }
-        let block_bytes = config.block_bytes().ok_or_else(|| invalid("block size in bytes overflows"))?;
+        let block_bytes = config
+            .block_bytes(B::KV_ELEMENT_BYTES)
+            .ok_or_else(|| invalid("block size in bytes overflows"))?;
         let pool_len = config
             .n_blocks
             .checked_mul(config.block_size)

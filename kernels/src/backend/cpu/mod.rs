@@ -45,6 +45,7 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
     type KvPool = CpuTensor;
+    const KV_ELEMENT_BYTES: usize = size_of::<f32>();
     type Weight = CpuWeight;
     type Index = CpuIndex;
     type Graph = std::convert::Infallible;

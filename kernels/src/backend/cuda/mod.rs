@@ -141,6 +141,7 @@ impl std::fmt::Debug for CudaBackend {
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
     type KvPool = CudaTensor;
+    const KV_ELEMENT_BYTES: usize = size_of::<f32>();
     type Weight = CudaWeight;
     type Index = CudaIndex;
     type Graph = CudaGraphExec;
