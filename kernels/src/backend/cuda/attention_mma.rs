@@ -73,14 +73,15 @@ pub(super) fn launch(
     let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
     let rows_per_block = ROWS * (WARPS / heads_per_block);
+    let filled_row_blocks = batch.n_rows().div_ceil(rows_per_block);
     // Each sequence's rows start a row block of their own, so there are at most this many.
-    let row_blocks = batch.n_rows().div_ceil(rows_per_block) + batch.n_sequences();
+    let row_blocks = filled_row_blocks + batch.n_sequences();
     let head_blocks = params.n_kv_heads * chunks;
     let n_queries = batch.n_rows() * params.n_heads;
     let device = &backend.device;
     // The splits aim at the blocks the rows fill, not at the bound's spare ones.
-    let blocks = batch.n_rows().div_ceil(rows_per_block) * head_blocks;
-    let splits = splits(device.sm_count, blocks, n_queries, states.len());
+    let splits = splits(device.sm_count, filled_row_blocks * head_blocks, n_queries, states.len());
+    let n_splits = to_u32(OP, "splits", splits)?;
     let n_states = n_queries * splits;
     // The outputs' states start on a float4 boundary, as the merge reads them. Unsplit launches
     // write no states, however many queries they have.
@@ -89,11 +90,7 @@ pub(super) fn launch(
         .try_split_at_mut(stats_len)
         .ok_or_else(|| device_error(OP, "the split states do not fit the partials buffer"))?;
     let config = LaunchConfig {
-        grid_dim: (
-            to_u32(OP, "row blocks", row_blocks)?,
-            to_u32(OP, "head blocks", head_blocks)?,
-            to_u32(OP, "splits", splits)?,
-        ),
+        grid_dim: (to_u32(OP, "row blocks", row_blocks)?, to_u32(OP, "head blocks", head_blocks)?, n_splits),
         block_dim: (to_u32(OP, "threads", 32 * WARPS)?, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -102,7 +99,6 @@ pub(super) fn launch(
     let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
-    let n_splits = to_u32(OP, "splits", splits)?;
     let mut launch = device.launch(OP, "attention_mma")?;
     push_batch_args(&mut launch, [q, k_pool, v_pool], batch, &n_sequences, &block_size);
     launch
