@@ -6,16 +6,17 @@
 // one sequence as fit (rows_per_block): the rows of a verify batch share their context, and each
 // key and value row read then serves all of them.
 //
-// The block walks its keys in tiles. All its threads copy a tile's key and value rows into shared
-// memory, consecutive threads reading consecutive float4s (floats when head_dim is no multiple of
-// 4) of a row, so the reads coalesce; each thread has its share of the next tile in flight while
-// the warps work on the current one, so that memory stays busy through the arithmetic. Each warp
-// folds the tile into its query head's online softmax: lane t scores key t from its key row in
-// shared memory (the rows are padded so that 32 lanes reading 32 rows hit distinct banks), one
-// warp reduction gives the tile's maximum and one its sum, and the lanes, over dimensions (lane l
-// holds dimensions l, l + 32, ...), add the weighted value rows. The block fetches every key below
-// the end of its last row (all written: the context and this step's new tokens) and stores the
-// rest of the tile as zeros; keys a warp's row may not see weigh nothing.
+// The block walks its keys in tiles. All its threads copy a tile's key and value rows (f16 in the
+// pools) into shared memory as f32, consecutive threads reading consecutive groups of four halves
+// (single halves when head_dim is no multiple of 4) of a row, so the reads coalesce; each thread
+// has its share of the next tile in flight while the warps work on the current one, so that
+// memory stays busy through the arithmetic. Each warp folds the tile into its query head's online
+// softmax: lane t scores key t from its key row in shared memory (the rows are padded so that 32
+// lanes reading 32 rows hit distinct banks), one warp reduction gives the tile's maximum and one
+// its sum, and the lanes, over dimensions (lane l holds dimensions l, l + 32, ...), add the
+// weighted value rows. The block fetches every key below the end of its last row (all written:
+// the context and this step's new tokens) and stores the rest of the tile as zeros; keys a warp's
+// row may not see weigh nothing.
 //
 // A tile holds 32 keys, one per lane, or fewer for large heads (the host picks the count), so that
 // the queries and a tile fit in 48 KB, which every device grants without opting in, and
@@ -63,7 +64,7 @@ struct KeyRange {
     u32 mask;
     // Keys at or past `end` are never visible: a causal row stops at itself.
     u32 end;
-    // Floats per pool row, and the offset of the block's KV head in one.
+    // Elements per pool row, and the offset of the block's KV head in one.
     size_t kv_row_len;
     size_t kv_offset;
 };
@@ -146,14 +147,35 @@ __device__ bool key_offset(const KeyRange &keys, u32 p, size_t *at) {
     return true;
 }
 
+// The pools' f16 values as the tiles load them: `Raw` holds the halves of one element E of a tile
+// in shared memory (f32), and `widen` converts it. The tiles stay f32 so that the per-key work,
+// which bounds these kernels more than their reads, needs no conversions.
+template <typename E>
+struct PoolElement;
+
+template <>
+struct PoolElement<float4> {
+    typedef uint2 Raw;
+    static __device__ __forceinline__ float4 widen(uint2 raw) {
+        return make_float4(f16_bits_to_f32(raw.x & 0xffffu), f16_bits_to_f32(raw.x >> 16),
+                           f16_bits_to_f32(raw.y & 0xffffu), f16_bits_to_f32(raw.y >> 16));
+    }
+};
+
+template <>
+struct PoolElement<float> {
+    typedef u16 Raw;
+    static __device__ __forceinline__ float widen(u16 raw) { return f16_bits_to_f32(raw); }
+};
+
 // One thread's share of a tile's key and value rows, in elements of type E (float4, or float when
-// head_dim is no multiple of 4): elements e = threadIdx.x + j * blockDim.x of the tile, numbered
-// row after row, row_len to a row. The host sizes tiles so that TILE_LOADS elements a thread
-// cover them.
+// head_dim is no multiple of 4), as loaded from the pools: elements e = threadIdx.x + j * blockDim.x
+// of the tile, numbered row after row, row_len to a row. The host sizes tiles so that TILE_LOADS
+// elements a thread cover them.
 template <typename E>
 struct TileShare {
-    E k[TILE_LOADS];
-    E v[TILE_LOADS];
+    typename PoolElement<E>::Raw k[TILE_LOADS];
+    typename PoolElement<E>::Raw v[TILE_LOADS];
 };
 
 // Where a thread's elements lie in every tile: element j is column `col` of key row `key` of the
@@ -180,30 +202,31 @@ __device__ TileSlots tile_slots(u32 row_len) {
 // another, and consecutive threads read consecutive elements of a row. Rows past the end of the
 // block's last row are zeros.
 template <typename E>
-__device__ void fetch_tile(TileShare<E> &share, const float *k_pool, const float *v_pool,
-                           const KeyRange &keys, u32 first_key, u32 n_keys, const TileSlots &slots) {
+__device__ void fetch_tile(TileShare<E> &share, const u16 *k_pool, const u16 *v_pool, const KeyRange &keys,
+                           u32 first_key, u32 n_keys, const TileSlots &slots) {
+    typedef typename PoolElement<E>::Raw Raw;
 #pragma unroll
     for (int j = 0; j < TILE_LOADS; ++j) {
-        share.k[j] = E{};
-        share.v[j] = E{};
+        share.k[j] = Raw{};
+        share.v[j] = Raw{};
         size_t at = 0;
         if (slots.key(j) < n_keys && key_offset(keys, first_key + slots.key(j), &at)) {
-            share.k[j] = ((const E *)(k_pool + at))[slots.col(j)];
-            share.v[j] = ((const E *)(v_pool + at))[slots.col(j)];
+            share.k[j] = ((const Raw *)(k_pool + at))[slots.col(j)];
+            share.v[j] = ((const Raw *)(v_pool + at))[slots.col(j)];
         }
     }
 }
 
-// Stores this thread's share of a tile in shared memory: key rows key_stride elements apart,
-// value rows packed.
+// Stores this thread's share of a tile in shared memory, as f32: key rows key_stride elements
+// apart, value rows packed.
 template <typename E>
 __device__ void store_tile(const TileShare<E> &share, const TileSlots &slots, u32 n_keys, u32 key_stride,
                            E *k_tile, E *v_tile) {
 #pragma unroll
     for (int j = 0; j < TILE_LOADS; ++j) {
         if (slots.key(j) < n_keys) {
-            k_tile[slots.key(j) * key_stride + slots.col(j)] = share.k[j];
-            v_tile[threadIdx.x + j * blockDim.x] = share.v[j];
+            k_tile[slots.key(j) * key_stride + slots.col(j)] = PoolElement<E>::widen(share.k[j]);
+            v_tile[threadIdx.x + j * blockDim.x] = PoolElement<E>::widen(share.v[j]);
         }
     }
 }
@@ -288,7 +311,7 @@ struct BlockQueries {
 // projection may in turn start early (let_next_kernel_start).
 template <typename E, int DIMS>
 __device__ void attend_tiles(HeadState<DIMS> &state, const Tiles &tiles, const BlockQueries &queries,
-                             const float *k_pool, const float *v_pool, const KeyRange &fetch, const KeyRange &own,
+                             const u16 *k_pool, const u16 *v_pool, const KeyRange &fetch, const KeyRange &own,
                              u32 first_tile, u32 last_tile, bool active, float scale, bool decode_batch) {
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 row_len = tiles.head_dim * sizeof(float) / sizeof(E);
@@ -448,7 +471,7 @@ __device__ void merge_splits(const float *states, size_t split_stride, u32 n_spl
 // head_dim is no multiple of Q8_BLOCK; `out_halves` and `out_half_scales` its f16 copy and row
 // scales, or NULL.
 #define ATTENTION_PARAMS                                                                                 \
-    const float *q, const float *k_pool, const float *v_pool, const u32 *sequences, u32 n_sequences,      \
+    const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences, u32 n_sequences,          \
         const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_rows, u32 n_heads, \
         u32 n_kv_heads, u32 head_dim, float scale, u32 heads_per_block, u32 rows_per_block, u32 tile_keys, \
         u32 key_stride, u32 n_splits, float *partials, u32 *counters, float *out, u8 *out_q,              \

@@ -5,7 +5,8 @@
 // One warp per (token, head) task, token after token: its query heads, then its key heads, then
 // its value heads. A query or key warp keeps its normalised head in shared memory, so that every
 // lane can read the partner of its dimensions in either pairing; the rotation is rope.cu's. A
-// value warp copies its head into the pool. Slots past the pools are skipped, as in write_kv.
+// value warp copies its head into the pool. The pools hold f16 (f32_to_kv). Slots past the pools
+// are skipped, as in write_kv.
 
 #define INPUT_WARPS 4
 #define INPUT_MAX_HEAD_DIM 512
@@ -30,7 +31,7 @@ extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
     attention_inputs(const float *q_raw, const float *k_raw, const float *v, const float *q_norm,
                      const float *k_norm, float eps, const u32 *positions, const u32 *slots, u32 pool_rows,
                      u32 n_rows, u32 n_heads, u32 n_kv_heads, u32 head_dim, u32 rotary_dim, float theta, u32 neox,
-                     float *q, float *k, float *k_pool, float *v_pool) {
+                     float *q, float *k, u16 *k_pool, u16 *v_pool) {
     wait_for_previous_kernel();
     // The attention that follows fetches its committed keys and values meanwhile.
     let_next_kernel_start();
@@ -50,9 +51,9 @@ extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
         const u32 h = head - n_heads - n_kv_heads;
         if (slot < pool_rows) {
             const float *src = v + row * kv_row_len + h * head_dim;
-            float *dst = v_pool + slot * kv_row_len + h * head_dim;
+            u16 *dst = v_pool + slot * kv_row_len + h * head_dim;
             for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
-                dst[d] = src[d];
+                dst[d] = f32_to_kv(src[d]);
             }
         }
         return;
@@ -76,12 +77,12 @@ extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
     __syncwarp();
     const float position = (float)positions[row];
     float *dst = (is_query ? q : k) + offset;
-    float *pooled = !is_query && slot < pool_rows ? k_pool + slot * kv_row_len + h * head_dim : nullptr;
+    u16 *pooled = !is_query && slot < pool_rows ? k_pool + slot * kv_row_len + h * head_dim : nullptr;
     for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
         const float value = d < rotary_dim ? rotated(normed, d, rotary_dim, neox != 0, position, theta) : normed[d];
         dst[d] = value;
         if (pooled != nullptr) {
-            pooled[d] = value;
+            pooled[d] = f32_to_kv(value);
         }
     }
 }

@@ -9,8 +9,8 @@
 // holds a whole 23-row verify batch of one KV head.
 //
 // The block walks its keys in tiles of MMA_KEYS. Each thread holds its share of the next tile in
-// registers (f32, as the pools store it) while the warps work on the current one; between two
-// tiles it stores that share into shared memory as f16, keys and values alike row-major. Each
+// registers (f16, as the pools store it) while the warps work on the current one; between two
+// tiles it stores that share into shared memory, keys and values alike row-major. Each
 // warp scores its 16 rows against the tile with mma.m16n8k16 (f16 in, f32 accumulate), the keys'
 // fragments coming from ldmatrix, folds the scores into its rows' online softmax in registers,
 // and adds the tile's weighted values with mma again: the probabilities go from the score
@@ -35,8 +35,8 @@
 // Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
 // 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
 #define MMA_STRIDE (MMA_HEAD_DIM + 8)
-// float4s of a tile's keys, and of its values, that each thread loads.
-#define MMA_LOADS (MMA_KEYS * MMA_HEAD_DIM / 4 / MMA_THREADS)
+// Groups of 8 halves (16 bytes) of a tile's keys, and of its values, that each thread loads.
+#define MMA_LOADS (MMA_KEYS * MMA_HEAD_DIM / 8 / MMA_THREADS)
 // Tiles a split block reads at least: fewer would cost the merge more than they save.
 #define MMA_MIN_SPLIT_TILES 8
 
@@ -45,25 +45,25 @@ __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
     return *(const u32 *)&h;
 }
 
-// A thread's share of one tile's keys and values: float4 j is dimensions 4 (e % 32) .. of key
-// e / 32 of the tile, e = threadIdx.x + j * MMA_THREADS, so a warp reads one key row at a time.
+// A thread's share of one tile's keys and values: group j is dimensions 8 (e % 16) .. of key
+// e / 16 of the tile, e = threadIdx.x + j * MMA_THREADS, so a half-warp reads one key row.
 struct MmaTileShare {
-    float4 k[MMA_LOADS];
-    float4 v[MMA_LOADS];
+    uint4 k[MMA_LOADS];
+    uint4 v[MMA_LOADS];
 };
 
-__device__ __forceinline__ void fetch_mma_tile(MmaTileShare &share, const float *k_pool, const float *v_pool,
+__device__ __forceinline__ void fetch_mma_tile(MmaTileShare &share, const u16 *k_pool, const u16 *v_pool,
                                                const KeyRange &keys, u32 first_key) {
 #pragma unroll
     for (int j = 0; j < MMA_LOADS; ++j) {
         const u32 e = threadIdx.x + j * MMA_THREADS;
-        share.k[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        share.k[j] = make_uint4(0, 0, 0, 0);
         share.v[j] = share.k[j];
         size_t at = 0;
-        if (key_offset(keys, first_key + e / (MMA_HEAD_DIM / 4), &at)) {
-            const u32 d = 4 * (e % (MMA_HEAD_DIM / 4));
-            share.k[j] = *(const float4 *)(k_pool + at + d);
-            share.v[j] = *(const float4 *)(v_pool + at + d);
+        if (key_offset(keys, first_key + e / (MMA_HEAD_DIM / 8), &at)) {
+            const u32 d = 8 * (e % (MMA_HEAD_DIM / 8));
+            share.k[j] = *(const uint4 *)(k_pool + at + d);
+            share.v[j] = *(const uint4 *)(v_pool + at + d);
         }
     }
 }
@@ -72,10 +72,9 @@ __device__ __forceinline__ void store_mma_tile(const MmaTileShare &share, __half
 #pragma unroll
     for (int j = 0; j < MMA_LOADS; ++j) {
         const u32 e = threadIdx.x + j * MMA_THREADS;
-        const u32 at = e / (MMA_HEAD_DIM / 4) * MMA_STRIDE + 4 * (e % (MMA_HEAD_DIM / 4));
-        const float4 k = share.k[j], v = share.v[j];
-        *(uint2 *)(k_tile + at) = make_uint2(pack_half2(k.x, k.y), pack_half2(k.z, k.w));
-        *(uint2 *)(v_tile + at) = make_uint2(pack_half2(v.x, v.y), pack_half2(v.z, v.w));
+        const u32 at = e / (MMA_HEAD_DIM / 8) * MMA_STRIDE + 8 * (e % (MMA_HEAD_DIM / 8));
+        *(uint4 *)(k_tile + at) = share.k[j];
+        *(uint4 *)(v_tile + at) = share.v[j];
     }
 }
 
@@ -83,7 +82,7 @@ __device__ __forceinline__ void store_mma_tile(const MmaTileShare &share, __half
 // blocks are numbered sequence after sequence; grid.x may exceed their count (the host bounds it
 // by rows / rows per block + sequences), and blocks past it leave.
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
-    attention_mma(const float *q, const float *k_pool, const float *v_pool, const u32 *sequences,
+    attention_mma(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences,
                   u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
                   u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats,
                   float *parts, float *out) {

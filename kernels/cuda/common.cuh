@@ -43,6 +43,13 @@ __device__ __forceinline__ float f16_bits_to_f32(u16 bits) {
     return __half2float(__ushort_as_half(bits));
 }
 
+// A KV pool element: the f16 nearest `x`, saturating at f16's largest finite magnitude so that
+// an outlier stays finite (an infinite key would turn the softmax into NaNs); NaN stays NaN.
+__device__ __forceinline__ u16 f32_to_kv(float x) {
+    const float saturated = fabsf(x) > 65504.0f ? copysignf(65504.0f, x) : x;
+    return __half_as_ushort(__float2half_rn(saturated));
+}
+
 // bf16 is the top half of an f32.
 __device__ __forceinline__ float bf16_bits_to_f32(u16 bits) {
     return __uint_as_float(((u32)bits) << 16);

@@ -39,10 +39,9 @@ EMBED_KERNEL(embed_q4_k, FMT_Q4_K)
 EMBED_KERNEL(embed_q5_k, FMT_Q5_K)
 EMBED_KERNEL(embed_q6_k, FMT_Q6_K)
 
-// dst row i = src row index[i], one thread per element; `total` = n_rows * row_len. Serves
-// gather_rows, and the first half of copy_kv (pool rows into a staging buffer).
-extern "C" __global__ void gather_rows(const float *src, u32 src_rows, const u32 *index, u32 row_len,
-                                       size_t total, float *dst) {
+// dst row i = src row index[i], one thread per element; `total` = n_rows * row_len.
+template <typename T>
+__device__ void gather(const T *src, u32 src_rows, const u32 *index, u32 row_len, size_t total, T *dst) {
     wait_for_previous_kernel();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) {
@@ -54,9 +53,9 @@ extern "C" __global__ void gather_rows(const float *src, u32 src_rows, const u32
     }
 }
 
-// dst row index[i] = src row i, one thread per element: write_kv, and the second half of copy_kv.
-extern "C" __global__ void scatter_rows(const float *src, const u32 *index, u32 row_len, size_t total,
-                                        u32 dst_rows, float *dst) {
+// dst row index[i] = src row i, one thread per element, each converted by `convert`.
+template <typename S, typename D, D (*convert)(S)>
+__device__ void scatter(const S *src, const u32 *index, u32 row_len, size_t total, u32 dst_rows, D *dst) {
     wait_for_previous_kernel();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) {
@@ -64,6 +63,32 @@ extern "C" __global__ void scatter_rows(const float *src, const u32 *index, u32 
     }
     const u32 dst_row = index[i / row_len];
     if (dst_row < dst_rows) {
-        dst[(size_t)dst_row * row_len + i % row_len] = src[i];
+        dst[(size_t)dst_row * row_len + i % row_len] = convert(src[i]);
     }
+}
+
+__device__ u16 same_bits(u16 x) {
+    return x;
+}
+
+extern "C" __global__ void gather_rows(const float *src, u32 src_rows, const u32 *index, u32 row_len, size_t total,
+                                       float *dst) {
+    gather(src, src_rows, index, row_len, total, dst);
+}
+
+// write_kv: f32 rows into an f16 pool.
+extern "C" __global__ void write_kv_rows(const float *src, const u32 *index, u32 row_len, size_t total,
+                                         u32 dst_rows, u16 *dst) {
+    scatter<float, u16, f32_to_kv>(src, index, row_len, total, dst_rows, dst);
+}
+
+// copy_kv: pool rows into a staging buffer, then from it to their new slots.
+extern "C" __global__ void gather_kv_rows(const u16 *src, u32 src_rows, const u32 *index, u32 row_len,
+                                          size_t total, u16 *dst) {
+    gather(src, src_rows, index, row_len, total, dst);
+}
+
+extern "C" __global__ void scatter_kv_rows(const u16 *src, const u32 *index, u32 row_len, size_t total,
+                                           u32 dst_rows, u16 *dst) {
+    scatter<u16, u16, same_bits>(src, index, row_len, total, dst_rows, dst);
 }

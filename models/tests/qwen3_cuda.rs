@@ -1,9 +1,12 @@
 //! Qwen3 on the CUDA backend against the fixture's reference logits (HF transformers, float32)
 //! and greedy continuation: the whole model on the device, recorded decode steps included.
 //!
-//! Tolerances, per position's relative L2 error: 1e-4 for f32 weights (f32 matrix-vector kernels,
-//! an f32 GEMM for the prompt's rows); 2e-2 for bf16 (the prompt takes the GEMM, which rounds the
-//! activations to bf16, 8 significant bits; 1.2e-2 measured on an H200); 3e-2 for q8_0 (int8 activations, or f16 ones in the GEMM). Where the
+//! Tolerances, per position's relative L2 error: 2e-3 for f32 weights (f32 matrix-vector kernels,
+//! an f32 GEMM for the prompt's rows; the KV cache holds f16, keys and values rounded to 11
+//! significant bits: 4.5e-4 measured at position 0 on an H100, where attention returns the value
+//! row as stored); 2e-2 for bf16 (the prompt takes the GEMM, which rounds the activations to bf16,
+//! 8 significant bits; 1.2e-2 measured on an H200); 3e-2 for q8_0 (int8 activations, or f16 ones
+//! in the GEMM). Where the
 //! argmax differs from the reference's, the reference's own margin between the two tokens must be
 //! within the noise: at most four times the row's RMS error. Greedy decoding must reproduce the
 //! reference continuation exactly for f32 weights.
@@ -21,7 +24,7 @@ use canopy_models::arch::{LogitRows, SequenceInput};
 use canopy_models::gguf::GgufFile;
 use qwen3_common::{Harness, VOCAB, argmax, prompt_ids, reference, relative_l2, testdata};
 
-const KINDS: [(&str, f64); 3] = [("f32", 1e-4), ("bf16", 2e-2), ("q8_0", 3e-2)];
+const KINDS: [(&str, f64); 3] = [("f32", 2e-3), ("bf16", 2e-2), ("q8_0", 3e-2)];
 
 /// The fixture model of `kind` on device 0, or `None` (after printing why) without one.
 fn on_cuda(gguf: &str) -> Option<Harness<CudaBackend>> {

@@ -25,7 +25,7 @@ use canopy_kernels::backend::cuda::FastDivisor;
 use canopy_kernels::backend::{
     AttentionBatch, AttentionLayout, AttentionParams, Backend, Mask, SequenceSpec, TREE_ROOT,
 };
-use common::{Rng, gaussian_row};
+use common::{Rng, gaussian_row, kv_row};
 use emulated::{DeviceBuffer, Q8Copy, check, check_f16_copy, check_q8_copy, fetch, ptr, run};
 
 const DECODE_TOLERANCE: f32 = 1e-5;
@@ -99,7 +99,7 @@ impl Case {
     ) -> Self {
         let params = AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
         let pool_len = layout.slots_needed() * params.kv_row_len();
-        let (k_pool, v_pool) = (gaussian_row(pool_len, 1.0, rng), gaussian_row(pool_len, 1.0, rng));
+        let (k_pool, v_pool) = (kv_row(pool_len, 1.0, rng), kv_row(pool_len, 1.0, rng));
         let q = gaussian_row(layout.n_rows() * params.q_row_len(), 2.0, rng);
         let cpu = CpuBackend::new();
         let batch = AttentionBatch::upload(&cpu, layout).unwrap();
@@ -183,8 +183,8 @@ fn decode_with(
     let shared_floats = block_queries * head_dim + tile_keys * (key_stride(head_dim) + head_dim);
 
     let mut flat = flatten(block_size, sequences);
-    let [mut q, mut k_pool, mut v_pool] =
-        [&case.q, &case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_floats(x));
+    let mut q = DeviceBuffer::from_floats(&case.q);
+    let [mut k_pool, mut v_pool] = [&case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_halves(x));
     let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; case.q.len()]);
     let mut partials = DeviceBuffer::zeroed(4 * tasks * splits * block_queries * (head_dim + 2));
     let mut counters = DeviceBuffer::zeroed(4 * tasks);
@@ -314,8 +314,8 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
     let row_blocks = n_rows.div_ceil(16 * (WARPS / heads_per_block)) + sequences.len();
     let n_states = n_rows * n_heads * splits;
     let mut flat = flatten(block_size, sequences);
-    let [mut q, mut k_pool, mut v_pool] =
-        [&case.q, &case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_floats(x));
+    let mut q = DeviceBuffer::from_floats(&case.q);
+    let [mut k_pool, mut v_pool] = [&case.k_pool, &case.v_pool].map(|x| DeviceBuffer::from_halves(x));
     let mut stats = DeviceBuffer::from_floats(&vec![f32::NAN; 2 * n_states]);
     let mut parts = DeviceBuffer::from_floats(&vec![f32::NAN; n_states * head_dim]);
     let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; case.q.len()]);

@@ -1,8 +1,10 @@
 //! Row movement (rows.cu), emulated, against the CPU backend: the embedding lookup of every
-//! table format, and the gather and scatter kernels as `gather_rows`, `write_kv` and `copy_kv`
-//! (gather into a staging buffer, then scatter) use them, with out-of-range indices skipped.
+//! table format, and the gather and scatter kernels as `gather_rows`, `write_kv` (into an f16
+//! pool) and `copy_kv` (gather into a staging buffer, then scatter) use them, with out-of-range
+//! indices skipped.
 //!
-//! Tolerance 0 throughout: the kernels move values or decode them exactly as the CPU does.
+//! Tolerance 0 throughout: the kernels move values or decode them exactly as the CPU does, and
+//! round to f16 as the `half` crate does.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,7 +16,7 @@ use canopy_kernel_emulator::LaunchShape;
 use canopy_kernels::backend::Backend;
 use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::quant::GgmlType;
-use common::{Rng, gaussian_row};
+use common::{Rng, gaussian_row, kv_row};
 use emulated::{DeviceBuffer, DeviceWeight, check, fetch, ptr, run};
 
 /// rows.rs's launch of gather_rows and scatter_rows: a thread per element, 256 a block.
@@ -85,13 +87,21 @@ fn embed_matches_cpu_for_every_format() {
     }
 }
 
-fn gather(src: &mut DeviceBuffer, src_rows: usize, index: &[u32], row_len: usize, dst: &mut DeviceBuffer) {
+/// Launches one of rows.cu's gathers (`gather_rows`, `gather_kv_rows`).
+fn gather(
+    kernel: &str,
+    src: &mut DeviceBuffer,
+    src_rows: usize,
+    index: &[u32],
+    row_len: usize,
+    dst: &mut DeviceBuffer,
+) {
     let mut index_buf = DeviceBuffer::from_words(index);
     let (mut src_ptr, mut index_ptr, mut dst_ptr) = (src.address(), index_buf.address(), dst.address());
     let (mut src_rows, mut row_len_arg, mut total) =
         (src_rows as u32, row_len as u32, (index.len() * row_len) as u64);
     run(
-        "gather_rows",
+        kernel,
         per_element(index.len() * row_len),
         &mut [
             ptr(&mut src_ptr),
@@ -104,13 +114,21 @@ fn gather(src: &mut DeviceBuffer, src_rows: usize, index: &[u32], row_len: usize
     );
 }
 
-fn scatter(src: &mut DeviceBuffer, index: &[u32], row_len: usize, dst_rows: usize, dst: &mut DeviceBuffer) {
+/// Launches one of rows.cu's scatters (`write_kv_rows`, `scatter_kv_rows`).
+fn scatter(
+    kernel: &str,
+    src: &mut DeviceBuffer,
+    index: &[u32],
+    row_len: usize,
+    dst_rows: usize,
+    dst: &mut DeviceBuffer,
+) {
     let mut index_buf = DeviceBuffer::from_words(index);
     let (mut src_ptr, mut index_ptr, mut dst_ptr) = (src.address(), index_buf.address(), dst.address());
     let (mut row_len_arg, mut total, mut dst_rows) =
         (row_len as u32, (index.len() * row_len) as u64, dst_rows as u32);
     run(
-        "scatter_rows",
+        kernel,
         per_element(index.len() * row_len),
         &mut [
             ptr(&mut src_ptr),
@@ -123,40 +141,76 @@ fn scatter(src: &mut DeviceBuffer, index: &[u32], row_len: usize, dst_rows: usiz
     );
 }
 
-/// The device test's sequence on a pool of 16 rows of 96: write_kv of 3 rows, copy_kv with
-/// overlapping sources and destinations (row 4 is read before it is overwritten), gather_rows
-/// with a repeated row. Then indices past the pool: a gather leaves that output row, a scatter
-/// that pool row, as it was.
+/// The f16 values an f16 KV pool stores for `values`.
+fn as_kv(values: &[f32]) -> Vec<f32> {
+    values.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+}
+
+/// The device test's sequence on an f16 pool of 16 rows of 96: write_kv of 3 rows of f32 (rounded
+/// to f16 as the CPU's values round), copy_kv with overlapping sources and destinations (row 4 is
+/// read before it is overwritten), then indices past the pool: a scatter leaves that pool row as
+/// it was. And gather_rows on f32 rows, with a repeated row and one past the source, whose output
+/// row stays as it was.
 #[test]
 fn row_movement_matches_cpu() {
     let mut rng = Rng::new(102);
     let (pool_rows, row_len) = (16, 96);
-    let pool = gaussian_row(pool_rows * row_len, 1.0, &mut rng);
+    let pool = kv_row(pool_rows * row_len, 1.0, &mut rng);
     let new = gaussian_row(3 * row_len, 1.0, &mut rng);
     let n = pool.len();
     let cpu = CpuBackend::new();
     let mut cpu_pool = cpu.upload_kv_pool(&pool).unwrap();
-    let mut device_pool = DeviceBuffer::from_floats(&pool);
+    let mut device_pool = DeviceBuffer::from_halves(&pool);
 
     let slots = [9u32, 2, 15];
     cpu.write_kv(&mut cpu_pool, &cpu.upload(&new).unwrap(), &cpu.upload_index(&slots).unwrap(), 3, row_len)
         .unwrap();
-    scatter(&mut DeviceBuffer::from_floats(&new), &slots, row_len, pool_rows, &mut device_pool);
-    check("scatter_rows as write_kv", &device_pool.floats(n), &fetch(&cpu, &cpu_pool, n), 0.0);
+    scatter(
+        "write_kv_rows",
+        &mut DeviceBuffer::from_floats(&new),
+        &slots,
+        row_len,
+        pool_rows,
+        &mut device_pool,
+    );
+    check("write_kv_rows", &device_pool.halves(n), &as_kv(&fetch(&cpu, &cpu_pool, n)), 0.0);
 
     let (src, dst) = ([4u32, 6, 9, 1], [3u32, 4, 5, 6]);
     let (src_index, dst_index) = (cpu.upload_index(&src).unwrap(), cpu.upload_index(&dst).unwrap());
     cpu.copy_kv(&mut cpu_pool, &src_index, &dst_index, 4, row_len).unwrap();
-    let mut staged = DeviceBuffer::zeroed(4 * 4 * row_len);
-    gather(&mut device_pool, pool_rows, &src, row_len, &mut staged);
-    scatter(&mut staged, &dst, row_len, pool_rows, &mut device_pool);
-    check("gather_rows + scatter_rows as copy_kv", &device_pool.floats(n), &fetch(&cpu, &cpu_pool, n), 0.0);
+    let mut staged = DeviceBuffer::zeroed(2 * 4 * row_len);
+    gather("gather_kv_rows", &mut device_pool, pool_rows, &src, row_len, &mut staged);
+    scatter("scatter_kv_rows", &mut staged, &dst, row_len, pool_rows, &mut device_pool);
+    let label = "gather_kv_rows + scatter_kv_rows as copy_kv";
+    check(label, &device_pool.halves(n), &as_kv(&fetch(&cpu, &cpu_pool, n)), 0.0);
+
+    let before = device_pool.halves(n);
+    scatter(
+        "write_kv_rows",
+        &mut DeviceBuffer::from_floats(&new),
+        &[99, 0, 99],
+        row_len,
+        pool_rows,
+        &mut device_pool,
+    );
+    let after = device_pool.halves(n);
+    assert_eq!(&after[..row_len], &as_kv(&new[row_len..2 * row_len]), "the in-range row is written");
+    assert_eq!(&after[row_len..], &before[row_len..], "out-of-range destinations write nothing");
 
     let rows = [12u32, 3, 3];
+    let table = gaussian_row(pool_rows * row_len, 1.0, &mut rng);
     let mut want = cpu.zeros(3 * row_len).unwrap();
-    cpu.gather_rows(&cpu_pool, &cpu.upload_index(&rows).unwrap(), 3, row_len, &mut want).unwrap();
+    cpu.gather_rows(&cpu.upload(&table).unwrap(), &cpu.upload_index(&rows).unwrap(), 3, row_len, &mut want)
+        .unwrap();
     let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; 4 * row_len]);
-    gather(&mut device_pool, pool_rows, &[12, 3, 99, 3], row_len, &mut out);
+    gather(
+        "gather_rows",
+        &mut DeviceBuffer::from_floats(&table),
+        pool_rows,
+        &[12, 3, 99, 3],
+        row_len,
+        &mut out,
+    );
     let got = out.floats(4 * row_len);
     let want = fetch(&cpu, &want, 3 * row_len);
     let got_in_range: Vec<f32> =
@@ -166,10 +220,19 @@ fn row_movement_matches_cpu() {
         got[2 * row_len..3 * row_len].iter().all(|v| v.is_nan()),
         "an out-of-range source row writes nothing"
     );
+}
 
-    let before = device_pool.floats(n);
-    scatter(&mut DeviceBuffer::from_floats(&new), &[99, 0, 99], row_len, pool_rows, &mut device_pool);
-    let after = device_pool.floats(n);
-    assert_eq!(&after[..row_len], &new[row_len..2 * row_len], "the in-range row is written");
-    assert_eq!(&after[row_len..], &before[row_len..], "out-of-range destinations write nothing");
+/// Values past f16's range saturate at its largest finite magnitude instead of becoming infinite;
+/// NaN stays NaN and the rest round to nearest.
+#[test]
+fn write_kv_saturates_beyond_f16() {
+    let row = [1.0e6f32, -7.0e4, 65504.0, 0.1, f32::NAN, -3.0e-8, 65519.0, 65520.0];
+    let mut pool = DeviceBuffer::from_halves(&[0.0; 8]);
+    scatter("write_kv_rows", &mut DeviceBuffer::from_floats(&row), &[0], row.len(), 1, &mut pool);
+    let got = pool.halves(row.len());
+    let want = [65504.0, -65504.0, 65504.0, half::f16::from_f32(0.1).to_f32()];
+    assert_eq!(&got[..4], &want);
+    assert!(got[4].is_nan());
+    assert_eq!(got[5], half::f16::from_f32(-3.0e-8).to_f32());
+    assert_eq!(&got[6..], &[65504.0, 65504.0], "saturated before rounding");
 }

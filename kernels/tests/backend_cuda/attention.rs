@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The new keys and values as the CUDA backend's f16 pools hold them, against the CPU's f32:
+/// rounded to 11 significant bits (a relative error of at most 2^-11), on top of the rotation's
+/// 1e-4.
+const KV_TOLERANCE: f32 = 1e-3;
+
 /// The fused attention inputs (per-head norms, RoPE, KV writes) against the CPU's six ops.
 #[test]
 fn attention_inputs_match_cpu() {
@@ -23,7 +28,7 @@ fn attention_inputs_match_cpu() {
                 gaussian_row(n_rows * k_rope.row_len(), 1.0, &mut rng),
                 gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect(),
                 gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect(),
-                gaussian_row(pool_rows * k_rope.row_len(), 1.0, &mut rng),
+                kv_row(pool_rows * k_rope.row_len(), 1.0, &mut rng),
             ];
             let label = format!(
                 "attention_inputs {style:?} {n_heads}/{n_kv_heads} heads of {head_dim}, rotary {rotary_dim}"
@@ -31,7 +36,8 @@ fn attention_inputs_match_cpu() {
             let on_cpu = fused_inputs(&cpu, &host, &positions, &slots, q_rope, k_rope);
             let on_gpu = fused_inputs(gpu, &host, &positions, &slots, q_rope, k_rope);
             for (name, (got, want)) in ["q", "k", "k_pool", "v_pool"].iter().zip(on_gpu.iter().zip(&on_cpu)) {
-                check(&format!("{label}: {name}"), got, want, 1e-4);
+                let tolerance = if name.ends_with("pool") { KV_TOLERANCE } else { 1e-4 };
+                check(&format!("{label}: {name}"), got, want, tolerance);
             }
         }
     }
@@ -204,7 +210,7 @@ fn replay_at_context_lengths(gpu: &CudaBackend, n_new: usize, mask: Mask<'_>, to
         AttentionLayout::new(block_size, &[spec]).unwrap()
     };
     let pool_len = table.len() * block_size * params.kv_row_len();
-    let pools = [gaussian_row(pool_len, 1.0, &mut rng), gaussian_row(pool_len, 1.0, &mut rng)];
+    let pools = [kv_row(pool_len, 1.0, &mut rng), kv_row(pool_len, 1.0, &mut rng)];
     let [cpu_k, cpu_v] = pools.each_ref().map(|x| cpu.upload_kv_pool(x).unwrap());
     let [gpu_k, gpu_v] = pools.each_ref().map(|x| gpu.upload_kv_pool(x).unwrap());
     let n = n_new * params.q_row_len();
@@ -254,7 +260,7 @@ fn attention_output_int8_copy_feeds_the_output_projection() {
             let params =
                 AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
             let pool_len = layout.slots_needed() * params.kv_row_len();
-            let pools = [gaussian_row(pool_len, 1.0, &mut rng), gaussian_row(pool_len, 1.0, &mut rng)];
+            let pools = [kv_row(pool_len, 1.0, &mut rng), kv_row(pool_len, 1.0, &mut rng)];
             let q = gaussian_row(layout.n_rows() * params.q_row_len(), 2.0, &mut rng);
             let (n, cols, rows) = (q.len(), params.q_row_len(), 96);
             let bytes = random_weight(ty, rows, cols, &mut rng);
@@ -294,8 +300,8 @@ fn attention_parity(
     let cpu = CpuBackend::new();
     let params = AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
     let pool_len = layout.slots_needed() * params.kv_row_len();
-    let k_pool = gaussian_row(pool_len, 1.0, rng);
-    let v_pool = gaussian_row(pool_len, 1.0, rng);
+    let k_pool = kv_row(pool_len, 1.0, rng);
+    let v_pool = kv_row(pool_len, 1.0, rng);
     let q = gaussian_row(layout.n_rows() * params.q_row_len(), 2.0, rng);
     let n = q.len();
     let cpu_batch = AttentionBatch::upload(&cpu, layout).unwrap();
@@ -351,7 +357,7 @@ fn projected_attention_inputs_match_cpu() {
             let x = gaussian_row(n_rows * cols, 1.0, &mut rng);
             let norms = [(); 2]
                 .map(|_| gaussian_row(head_dim, 0.5, &mut rng).iter().map(|w| w + 1.0).collect::<Vec<_>>());
-            let pools = [(); 2].map(|_| gaussian_row(pool_rows * n_kv_heads * head_dim, 1.0, &mut rng));
+            let pools = [(); 2].map(|_| kv_row(pool_rows * n_kv_heads * head_dim, 1.0, &mut rng));
             let positions: Vec<u32> = (0..n_rows as u32).map(|i| 700 + i).collect();
             let slots: Vec<u32> = (0..n_rows as u32).map(|i| 3 + 5 * i).collect();
             let indices = (positions.as_slice(), slots.as_slice());

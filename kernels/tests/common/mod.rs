@@ -146,3 +146,9 @@ pub fn random_blocks(ty: GgmlType, n_blocks: usize, rng: &mut Rng, floats: Float
 pub fn gaussian_row(n: usize, scale: f32, rng: &mut Rng) -> Vec<f32> {
     (0..n).map(|_| rng.gaussian() * scale).collect()
 }
+
+/// [`gaussian_row`]'s values rounded to the nearest f16: KV pool contents that every backend holds
+/// exactly (the CUDA backend's pools are f16), so that they all attend over the same values.
+pub fn kv_row(n: usize, scale: f32, rng: &mut Rng) -> Vec<f32> {
+    gaussian_row(n, scale, rng).into_iter().map(|x| half::f16::from_f32(x).to_f32()).collect()
+}

@@ -36,6 +36,12 @@ impl DeviceBuffer {
         Self::from_bytes(&bytes)
     }
 
+    /// `values` as the f16 elements of a KV pool.
+    pub fn from_halves(values: &[f32]) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        Self::from_bytes(&bytes)
+    }
+
     pub fn from_words(values: &[u32]) -> Self {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         Self::from_bytes(&bytes)
@@ -61,6 +67,14 @@ impl DeviceBuffer {
         assert!(4 * len <= len_bytes, "{len} floats in a buffer of {len_bytes} bytes");
         // SAFETY: in bounds (checked above), and any bits are a valid f32.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<f32>(), len) }.to_vec()
+    }
+
+    /// The first `len` f16 elements, as f32.
+    pub fn halves(&self, len: usize) -> Vec<f32> {
+        self.bytes()[..2 * len]
+            .chunks_exact(2)
+            .map(|h| half::f16::from_le_bytes([h[0], h[1]]).to_f32())
+            .collect()
     }
 
     /// The buffer's address as a kernel pointer argument.

@@ -24,7 +24,7 @@ use cudarc::driver::{CudaSlice, DriverError};
 use super::context::{Device, device_error, driver, grid, to_u32};
 use super::divisor::FastDivisor;
 use super::launch::Launch;
-use super::memory::{CudaTensor, Q8_BLOCK};
+use super::memory::{CudaKvPool, CudaTensor, Q8_BLOCK};
 use super::{CudaBackend, attention_mma};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError, shape};
 
@@ -84,8 +84,8 @@ const _: () = {
 pub(super) fn attention(
     backend: &CudaBackend,
     q: &CudaTensor,
-    k_pool: &CudaTensor,
-    v_pool: &CudaTensor,
+    k_pool: &CudaKvPool,
+    v_pool: &CudaKvPool,
     batch: &AttentionBatch<CudaBackend>,
     params: &AttentionParams,
     out: &mut CudaTensor,
@@ -145,7 +145,7 @@ pub(super) fn attention(
         (true, false) => "attention_rows_dim512",
     };
     let mut launch = device.launch(OP, kernel)?;
-    push_batch_args(&mut launch, [q, k_pool, v_pool], batch, &n_sequences, &block_size);
+    push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
     launch
         .arg(&n_rows)
         .arg(&n_heads)
@@ -192,7 +192,8 @@ pub(super) fn attention(
 /// batch description.
 pub(super) fn push_batch_args<'a>(
     launch: &mut Launch<'a>,
-    [q, k_pool, v_pool]: [&'a CudaTensor; 3],
+    q: &'a CudaTensor,
+    [k_pool, v_pool]: [&'a CudaKvPool; 2],
     batch: &'a AttentionBatch<CudaBackend>,
     n_sequences: &'a u32,
     block_size: &'a FastDivisor,

@@ -46,9 +46,8 @@ pub(super) fn attention_inputs(
     if tasks == 0 {
         return Ok(());
     }
-    for written in [&mut *q, &mut *k, &mut *k_pool, &mut *v_pool] {
-        written.invalidate_quantized();
-    }
+    q.invalidate_quantized();
+    k.invalidate_quantized();
     let pool_rows = to_u32(OP, "pool rows", k_rows.min(v_rows))?;
     let n_rows = to_u32(OP, "n_rows", n_rows)?;
     let n_heads = to_u32(OP, "n_heads", q_rope.n_heads)?;

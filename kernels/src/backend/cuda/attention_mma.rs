@@ -18,7 +18,7 @@ use super::CudaBackend;
 use super::attention::{heads_per_block, push_batch_args};
 use super::context::{Device, device_error, driver, grid, rows_from_env, to_u32};
 use super::divisor::FastDivisor;
-use super::memory::CudaTensor;
+use super::memory::{CudaKvPool, CudaTensor};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError};
 
 /// The only head size of the kernel (`MMA_HEAD_DIM`).
@@ -61,8 +61,8 @@ impl MmaAttention {
 pub(super) fn launch(
     backend: &CudaBackend,
     q: &CudaTensor,
-    k_pool: &CudaTensor,
-    v_pool: &CudaTensor,
+    k_pool: &CudaKvPool,
+    v_pool: &CudaKvPool,
     batch: &AttentionBatch<CudaBackend>,
     params: &AttentionParams,
     states: &mut CudaViewMut<'_, f32>,
@@ -100,7 +100,7 @@ pub(super) fn launch(
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
     let mut launch = device.launch(OP, "attention_mma")?;
-    push_batch_args(&mut launch, [q, k_pool, v_pool], batch, &n_sequences, &block_size);
+    push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
     launch
         .arg(&n_heads)
         .arg(&n_kv_heads)

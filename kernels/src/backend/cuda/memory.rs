@@ -155,6 +155,16 @@ impl QuantizedCopy {
     }
 }
 
+/// A layer's keys or values in device memory, as f16 bits: half the bytes of f32 for decode
+/// attention to read at every step, where long contexts spend most of a step. Values beyond f16's
+/// range are stored as its largest finite magnitude.
+#[derive(Debug)]
+pub struct CudaKvPool {
+    pub(super) buf: CudaSlice<u16>,
+    /// The logical length: zero-length pools hold a one-element allocation.
+    pub(super) len: usize,
+}
+
 /// A `u32` array in device memory.
 #[derive(Debug)]
 pub struct CudaIndex {
@@ -174,6 +184,12 @@ pub struct CudaWeight {
 }
 
 impl DeviceArray for CudaTensor {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl DeviceArray for CudaKvPool {
     fn len(&self) -> usize {
         self.len
     }

@@ -51,7 +51,7 @@ pub use compile::Nvrtc;
 pub use divisor::FastDivisor;
 pub use error::CudaError;
 pub use graph::CudaGraphExec;
-pub use memory::{CudaIndex, CudaTensor, CudaWeight, is_weight_supported};
+pub use memory::{CudaIndex, CudaKvPool, CudaTensor, CudaWeight, is_weight_supported};
 pub use sampling::MAX_TOP_K;
 pub use sources::{KERNEL_SOURCES, KernelSource};
 
@@ -140,8 +140,8 @@ impl std::fmt::Debug for CudaBackend {
 
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
-    type KvPool = CudaTensor;
-    const KV_ELEMENT_BYTES: usize = size_of::<f32>();
+    type KvPool = CudaKvPool;
+    const KV_ELEMENT_BYTES: usize = size_of::<u16>();
     type Weight = CudaWeight;
     type Index = CudaIndex;
     type Graph = CudaGraphExec;
@@ -162,16 +162,16 @@ impl Backend for CudaBackend {
         transfer::download(&self.device, src, out)
     }
 
-    fn kv_pool(&self, len: usize) -> Result<CudaTensor, BackendError> {
-        self.zeros(len)
+    fn kv_pool(&self, len: usize) -> Result<CudaKvPool, BackendError> {
+        transfer::kv_pool(&self.device, len)
     }
 
-    fn upload_kv_pool(&self, data: &[f32]) -> Result<CudaTensor, BackendError> {
-        self.upload(data)
+    fn upload_kv_pool(&self, data: &[f32]) -> Result<CudaKvPool, BackendError> {
+        transfer::upload_kv_pool(&self.device, data)
     }
 
-    fn download_kv_pool(&self, pool: &CudaTensor, out: &mut [f32]) -> Result<(), BackendError> {
-        self.download(pool, out)
+    fn download_kv_pool(&self, pool: &CudaKvPool, out: &mut [f32]) -> Result<(), BackendError> {
+        transfer::download_kv_pool(&self.device, pool, out)
     }
 
     fn upload_index(&self, data: &[u32]) -> Result<CudaIndex, BackendError> {
@@ -313,25 +313,23 @@ impl Backend for CudaBackend {
 
     fn write_kv(
         &self,
-        pool: &mut CudaTensor,
+        pool: &mut CudaKvPool,
         new: &CudaTensor,
         slots: &CudaIndex,
         n_rows: usize,
         row_len: usize,
     ) -> Result<(), BackendError> {
-        pool.invalidate_quantized();
         rows::write_kv(&self.device, pool, new, slots, n_rows, row_len)
     }
 
     fn copy_kv(
         &self,
-        pool: &mut CudaTensor,
+        pool: &mut CudaKvPool,
         src_slots: &CudaIndex,
         dst_slots: &CudaIndex,
         n_rows: usize,
         row_len: usize,
     ) -> Result<(), BackendError> {
-        pool.invalidate_quantized();
         rows::copy_kv(&self.device, pool, src_slots, dst_slots, n_rows, row_len)
     }
 
@@ -350,8 +348,8 @@ impl Backend for CudaBackend {
     fn attention(
         &self,
         q: &CudaTensor,
-        k_pool: &CudaTensor,
-        v_pool: &CudaTensor,
+        k_pool: &CudaKvPool,
+        v_pool: &CudaKvPool,
         batch: &AttentionBatch<Self>,
         params: &AttentionParams,
         out: &mut CudaTensor,

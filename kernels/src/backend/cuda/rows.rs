@@ -6,7 +6,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::context::{Device, driver, grid, per_element, to_u32};
-use super::memory::{CudaIndex, CudaTensor, CudaWeight};
+use super::memory::{CudaIndex, CudaKvPool, CudaTensor, CudaWeight};
 use crate::backend::{BackendError, shape};
 use crate::quant::GgmlType;
 
@@ -57,12 +57,14 @@ pub(super) fn gather_rows(
 ) -> Result<(), BackendError> {
     const OP: &str = "gather_rows";
     let src_rows = shape::gather_rows(src, rows, n_rows, row_len, out)?;
-    gather(device, OP, &src.buf, src_rows, &rows.buf, n_rows, row_len, &mut out.buf)
+    let rows = IndexedRows { index: &rows.buf, n_rows, row_len };
+    gather(device, OP, "gather_rows", (&src.buf, src_rows), rows, &mut out.buf)
 }
 
+/// Stores the f32 rows of `new` in the f16 pool, saturating as `f32_to_kv` does.
 pub(super) fn write_kv(
     device: &Device,
-    pool: &mut CudaTensor,
+    pool: &mut CudaKvPool,
     new: &CudaTensor,
     slots: &CudaIndex,
     n_rows: usize,
@@ -70,12 +72,13 @@ pub(super) fn write_kv(
 ) -> Result<(), BackendError> {
     const OP: &str = "write_kv";
     let pool_rows = shape::write_kv(pool, new, slots, n_rows, row_len)?;
-    scatter(device, OP, &new.buf, &slots.buf, n_rows, row_len, pool_rows, &mut pool.buf)
+    let rows = IndexedRows { index: &slots.buf, n_rows, row_len };
+    scatter(device, OP, "write_kv_rows", &new.buf, rows, (&mut pool.buf, pool_rows))
 }
 
 pub(super) fn copy_kv(
     device: &Device,
-    pool: &mut CudaTensor,
+    pool: &mut CudaKvPool,
     src_slots: &CudaIndex,
     dst_slots: &CudaIndex,
     n_rows: usize,
@@ -88,58 +91,62 @@ pub(super) fn copy_kv(
         return Ok(());
     }
     // Every source row is staged before any destination is written, so they may overlap.
-    let mut staged = device.stream.alloc_zeros::<f32>(staged_len).map_err(driver(OP))?;
-    gather(device, OP, &pool.buf, pool_rows, &src_slots.buf, n_rows, row_len, &mut staged)?;
-    scatter(device, OP, &staged, &dst_slots.buf, n_rows, row_len, pool_rows, &mut pool.buf)
+    let mut staged = device.stream.alloc_zeros::<u16>(staged_len).map_err(driver(OP))?;
+    let sources = IndexedRows { index: &src_slots.buf, n_rows, row_len };
+    gather(device, OP, "gather_kv_rows", (&pool.buf, pool_rows), sources, &mut staged)?;
+    let destinations = IndexedRows { index: &dst_slots.buf, n_rows, row_len };
+    scatter(device, OP, "scatter_kv_rows", &staged, destinations, (&mut pool.buf, pool_rows))
 }
 
-/// `dst` row `i` = `src` row `index[i]` for `i < n_rows`.
-#[allow(clippy::too_many_arguments)]
-fn gather(
-    device: &Device,
-    op: &'static str,
-    src: &CudaSlice<f32>,
-    src_rows: usize,
-    index: &CudaSlice<u32>,
+/// `n_rows` rows of `row_len` elements, row `i` paired with row `index[i]` of another array.
+struct IndexedRows<'a> {
+    index: &'a CudaSlice<u32>,
     n_rows: usize,
     row_len: usize,
-    dst: &mut CudaSlice<f32>,
+}
+
+/// `dst` row `i` = `src` row `index[i]` for `i < n_rows`, by `kernel` (rows.cu's gathers).
+fn gather<T>(
+    device: &Device,
+    op: &'static str,
+    kernel: &'static str,
+    (src, src_rows): (&CudaSlice<T>, usize),
+    rows: IndexedRows<'_>,
+    dst: &mut CudaSlice<T>,
 ) -> Result<(), BackendError> {
-    let total = shape::elements(op, n_rows, row_len)?;
+    let total = shape::elements(op, rows.n_rows, rows.row_len)?;
     if total == 0 {
         return Ok(());
     }
     let src_rows = to_u32(op, "source rows", src_rows)?;
-    let row_len_u32 = to_u32(op, "row_len", row_len)?;
+    let row_len = to_u32(op, "row_len", rows.row_len)?;
     let total_u64 = total as u64;
-    let mut launch = device.launch(op, "gather_rows")?;
-    launch.arg(src).arg(&src_rows).arg(index).arg(&row_len_u32).arg(&total_u64).arg(dst);
+    let mut launch = device.launch(op, kernel)?;
+    launch.arg(src).arg(&src_rows).arg(rows.index).arg(&row_len).arg(&total_u64).arg(dst);
     // SAFETY: the callers' shape checks size `index` and `dst`; source rows are bounds-checked.
     unsafe { launch.launch(per_element(op, total)?) }.map_err(driver(op))?;
     Ok(())
 }
 
-/// `dst` row `index[i]` = `src` row `i` for `i < n_rows`.
-#[allow(clippy::too_many_arguments)]
-fn scatter(
+/// `dst` row `index[i]` = `src` row `i` for `i < n_rows`, by `kernel` (rows.cu's scatters, which
+/// may convert the elements).
+fn scatter<S, D>(
     device: &Device,
     op: &'static str,
-    src: &CudaSlice<f32>,
-    index: &CudaSlice<u32>,
-    n_rows: usize,
-    row_len: usize,
-    dst_rows: usize,
-    dst: &mut CudaSlice<f32>,
+    kernel: &'static str,
+    src: &CudaSlice<S>,
+    rows: IndexedRows<'_>,
+    (dst, dst_rows): (&mut CudaSlice<D>, usize),
 ) -> Result<(), BackendError> {
-    let total = shape::elements(op, n_rows, row_len)?;
+    let total = shape::elements(op, rows.n_rows, rows.row_len)?;
     if total == 0 {
         return Ok(());
     }
     let dst_rows = to_u32(op, "destination rows", dst_rows)?;
-    let row_len_u32 = to_u32(op, "row_len", row_len)?;
+    let row_len = to_u32(op, "row_len", rows.row_len)?;
     let total_u64 = total as u64;
-    let mut launch = device.launch(op, "scatter_rows")?;
-    launch.arg(src).arg(index).arg(&row_len_u32).arg(&total_u64).arg(&dst_rows).arg(dst);
+    let mut launch = device.launch(op, kernel)?;
+    launch.arg(src).arg(rows.index).arg(&row_len).arg(&total_u64).arg(&dst_rows).arg(dst);
     // SAFETY: the callers' shape checks size `src` and `index`; destination rows are bounds-checked.
     unsafe { launch.launch(per_element(op, total)?) }.map_err(driver(op))?;
     Ok(())

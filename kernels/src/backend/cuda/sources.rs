@@ -57,7 +57,9 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "embed_q5_k",
             "embed_q6_k",
             "gather_rows",
-            "scatter_rows",
+            "write_kv_rows",
+            "gather_kv_rows",
+            "scatter_kv_rows",
         ],
     },
     KernelSource {
