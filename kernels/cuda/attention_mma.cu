@@ -1,25 +1,24 @@
 #line 1 "attention_mma.cu"
 // Compiled after attention.cu, in one translation unit: it shares its key ranges and pool slots.
 //
-// Attention of batches whose sequences have several rows (verify and prefill), for heads of
-// MMA_HEAD_DIM dimensions, on the tensor cores. A block serves one KV head (or a chunk of its
-// query heads) and MMA_WARPS / heads_per_block tiles of MMA_ROWS consecutive query rows of one
-// sequence, a warp per (query head, row tile): every key and value row it reads serves up to 128
-// queries, where the split kernels of attention.cu read it once per row. For Qwen3-8B a block
-// holds a whole 23-row verify batch of one KV head.
+// Attention for heads of MMA_HEAD_DIM dimensions on the tensor cores: decode, verify and
+// prefill batches alike. A block serves one KV head (or a chunk of its query heads) and up to
+// MMA_WARPS * MMA_ROWS (row, query head) slots of one sequence, the chunk's heads of consecutive
+// query rows, a warp per 16 slots: every key and value row it reads serves all of them, where the
+// split kernels of attention.cu read it once per row. For Qwen3-8B a block holds a whole 23-row
+// verify batch of one KV head (92 slots), or a decode row's 4 query heads.
 //
-// The block walks its keys in tiles of MMA_KEYS. Each thread holds its share of the next tile in
-// registers (f16, as the pools store it) while the warps work on the current one; between two
-// tiles it stores that share into shared memory, keys and values alike row-major. Each
-// warp scores its 16 rows against the tile with mma.m16n8k16 (f16 in, f32 accumulate), the keys'
-// fragments coming from ldmatrix, folds the scores into its rows' online softmax in registers,
-// and adds the tile's weighted values with mma again: the probabilities go from the score
-// accumulators straight into the A operand, and ldmatrix's transpose turns the row-major values
-// into B fragments. Keys a row does not see score -inf, and tiles past the block's last row are
-// not read.
+// The block walks its keys in tiles of MMA_KEYS, copied by cp.async from the f16 pools into a ring
+// of MMA_STAGES tiles in shared memory, keys and values alike row-major, MMA_STAGES - 1 tiles
+// ahead of the one the warps work on. Each warp scores its 16 slots against the tile with
+// mma.m16n8k16 (f16 in, f32 accumulate), the keys' fragments coming from ldmatrix, folds the
+// scores into its slots' online softmax in registers, and adds the tile's weighted values with
+// mma again: the probabilities go from the score accumulators straight into the A operand, and
+// ldmatrix's transpose turns the row-major values into B fragments. Keys a row does not see score
+// -inf, and tiles past the block's last row are not read.
 //
-// A verify batch is a handful of blocks, far too few to stream a long context at the device's
-// bandwidth, so the host also splits each block's tiles across n_splits blocks (blockIdx.z),
+// A decode or verify batch is a handful of blocks, far too few to stream a long context at the
+// device's bandwidth, so the host also splits each block's tiles across n_splits blocks (blockIdx.z),
 // each taking an even share of at least MMA_MIN_SPLIT_TILES tiles. Split blocks write each
 // query's softmax state (max and sum to `stats`, the unnormalised output to `parts`, the splits
 // of one query adjacent), and attention_mma_merge combines them; they let the merge launch early
@@ -35,8 +34,11 @@
 // Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
 // 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
 #define MMA_STRIDE (MMA_HEAD_DIM + 8)
-// Groups of 8 halves (16 bytes) of a tile's keys, and of its values, that each thread loads.
+// Groups of 8 halves (16 bytes) of a tile's keys, and of its values, that each thread copies.
 #define MMA_LOADS (MMA_KEYS * MMA_HEAD_DIM / 8 / MMA_THREADS)
+// Tiles in the ring of shared memory: while the warps work on one, the next MMA_STAGES - 1 are on
+// their way, enough bytes in flight for the device's read bandwidth.
+#define MMA_STAGES 6
 // Tiles a split block reads at least: fewer would cost the merge more than they save.
 #define MMA_MIN_SPLIT_TILES 8
 
@@ -45,42 +47,41 @@ __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
     return *(const u32 *)&h;
 }
 
-// A thread's share of one tile's keys and values: group j is dimensions 8 (e % 16) .. of key
-// e / 16 of the tile, e = threadIdx.x + j * MMA_THREADS, so a half-warp reads one key row.
-struct MmaTileShare {
-    uint4 k[MMA_LOADS];
-    uint4 v[MMA_LOADS];
-};
+// Where stage `stage` of the ring keeps its tile: the keys' rows, then the values' rows.
+__device__ __forceinline__ __half *mma_stage(uint4 *ring, u32 stage) {
+    return (__half *)ring + stage * 2 * MMA_KEYS * MMA_STRIDE;
+}
 
-__device__ __forceinline__ void fetch_mma_tile(MmaTileShare &share, const u16 *k_pool, const u16 *v_pool,
-                                               const KeyRange &keys, u32 first_key) {
+// Starts copying the tile of keys from first_key into `stage`, a commit group of its own (empty
+// past the block's last tile, so that every thread's groups count alike). Group j of this thread
+// is dimensions 8 (e % 16) .. of key e / 16 of the tile, e = threadIdx.x + j * MMA_THREADS, so a
+// half-warp copies one key row; keys past the block's last row become zeros.
+__device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16 *k_pool, const u16 *v_pool,
+                                               const KeyRange &keys, u32 first_key, bool live_tile) {
+    __half *k_tile = mma_stage(ring, stage);
+    __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
+    if (live_tile) {
 #pragma unroll
-    for (int j = 0; j < MMA_LOADS; ++j) {
-        const u32 e = threadIdx.x + j * MMA_THREADS;
-        share.k[j] = make_uint4(0, 0, 0, 0);
-        share.v[j] = share.k[j];
-        size_t at = 0;
-        if (key_offset(keys, first_key + e / (MMA_HEAD_DIM / 8), &at)) {
+        for (int j = 0; j < MMA_LOADS; ++j) {
+            const u32 e = threadIdx.x + j * MMA_THREADS;
             const u32 d = 8 * (e % (MMA_HEAD_DIM / 8));
-            share.k[j] = *(const uint4 *)(k_pool + at + d);
-            share.v[j] = *(const uint4 *)(v_pool + at + d);
+            const u32 at_tile = e / (MMA_HEAD_DIM / 8) * MMA_STRIDE + d;
+            size_t at = 0;
+            const bool live = key_offset(keys, first_key + e / (MMA_HEAD_DIM / 8), &at);
+            copy_async_16(k_tile + at_tile, k_pool + at + d, live);
+            copy_async_16(v_tile + at_tile, v_pool + at + d, live);
         }
     }
+    copy_async_commit();
 }
 
-__device__ __forceinline__ void store_mma_tile(const MmaTileShare &share, __half *k_tile, __half *v_tile) {
-#pragma unroll
-    for (int j = 0; j < MMA_LOADS; ++j) {
-        const u32 e = threadIdx.x + j * MMA_THREADS;
-        const u32 at = e / (MMA_HEAD_DIM / 8) * MMA_STRIDE + 8 * (e % (MMA_HEAD_DIM / 8));
-        *(uint4 *)(k_tile + at) = share.k[j];
-        *(uint4 *)(v_tile + at) = share.v[j];
-    }
-}
-
-// One block per (row block of one sequence, KV head and chunk of its query heads, split). Row
-// blocks are numbered sequence after sequence; grid.x may exceed their count (the host bounds it
-// by rows / rows per block + sequences), and blocks past it leave.
+// One block per (row block of one sequence, KV head and chunk of its query heads, split). A block
+// serves MMA_WARPS * MMA_ROWS (row, query head) slots, slot m being query head m % heads_per_block
+// of the chunk in row m / heads_per_block of the block, warp w slots 16 w .. 16 w + 15: a verify
+// batch's rows and a decode row's query heads alike fill the mma tiles' rows. Row blocks are
+// numbered sequence after sequence; grid.x may exceed their count (the host bounds it by rows /
+// rows per block + sequences), and blocks past it leave. Dynamic shared memory holds the ring of
+// MMA_STAGES tiles.
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     attention_mma(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences,
                   u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
@@ -90,11 +91,9 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     if (n_splits > 1) {
         let_next_kernel_start();
     }
-    __shared__ __align__(16) __half k_tile[MMA_KEYS * MMA_STRIDE];
-    __shared__ __align__(16) __half v_tile[MMA_KEYS * MMA_STRIDE];
+    extern __shared__ uint4 mma_ring[];
 
-    const u32 row_tiles = MMA_WARPS / heads_per_block;
-    const u32 rows_per_block = row_tiles * MMA_ROWS;
+    const u32 rows_per_block = MMA_WARPS * MMA_ROWS / heads_per_block;
     u32 row_block = blockIdx.x;
     const u32 *seq = nullptr;
     for (u32 s = 0; s < n_sequences; ++s) {
@@ -120,22 +119,29 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     const u32 n_new = seq[1];
     const u32 n_past = seq[2];
     const u32 block_first_row = row_block * rows_per_block;
-    const u32 first_row = block_first_row + warp / heads_per_block * MMA_ROWS;
+    const u32 block_rows = min(rows_per_block, n_new - block_first_row);
     const size_t kv_row_len = (size_t)n_kv_heads * MMA_HEAD_DIM;
     const size_t kv_offset = (size_t)kv_head * MMA_HEAD_DIM;
-    // The warp works when its head is in the chunk and its row tile starts inside the sequence.
-    const bool warp_live = warp % heads_per_block < block_heads && warp < row_tiles * heads_per_block &&
-                           first_row < n_new;
-    const u32 head = kv_head * group + chunk_start + min(warp % heads_per_block, block_heads - 1);
-    // This thread's two rows (g and g + 8 of the warp's tile), clamped into the sequence: a row past
-    // its end computes like the last one and is not written.
-    const u32 rows[2] = {min(first_row + g, n_new - 1), min(first_row + g + 8, n_new - 1)};
+    // This thread's two slots (g and g + 8 of the warp's tile): whether each is a query of the
+    // batch, and its row and query head, clamped into the block, so that a dead slot computes like
+    // a live one and is not written.
+    bool live[2];
+    u32 rows[2], heads[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32 slot = warp * MMA_ROWS + g + 8 * r;
+        live[r] = slot / heads_per_block < block_rows && slot % heads_per_block < block_heads;
+        rows[r] = block_first_row + min(slot / heads_per_block, block_rows - 1);
+        heads[r] = kv_head * group + chunk_start + min(slot % heads_per_block, block_heads - 1);
+    }
+    // The warp works when its first slot is a row of the block.
+    const bool warp_live = warp * MMA_ROWS / heads_per_block < block_rows;
     const KeyRange row_keys[2] = {
         keys_of_row(seq, block_tables, tree_parents, block_size, rows[0], kv_row_len, kv_offset),
         keys_of_row(seq, block_tables, tree_parents, block_size, rows[1], kv_row_len, kv_offset)};
     // The block reads keys up to its last row's end, which is the latest of its rows'.
     const KeyRange block_keys = keys_of_row(seq, block_tables, tree_parents, block_size,
-                                            min(block_first_row + rows_per_block, n_new) - 1, kv_row_len, kv_offset);
+                                            block_first_row + block_rows - 1, kv_row_len, kv_offset);
     const u32 n_key_tiles = (block_keys.end + MMA_KEYS - 1) / MMA_KEYS;
     const u32 split_tiles = max((n_key_tiles + n_splits - 1) / n_splits, (u32)MMA_MIN_SPLIT_TILES);
     const u32 first_tile = min(blockIdx.z * split_tiles, n_key_tiles);
@@ -146,21 +152,26 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
         if (warp_live && t == 0) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const u32 row = first_row + g + 8 * r;
-                if (row < n_new) {
-                    stats[(((size_t)seq[0] + row) * n_heads + head) * n_splits + blockIdx.z] =
+                if (live[r]) {
+                    stats[(((size_t)seq[0] + rows[r]) * n_heads + heads[r]) * n_splits + blockIdx.z] =
                         make_float2(-INFINITY, 0.0f);
                 }
             }
         }
         return;
     }
+    // The first tiles of the ring are on their way while the warps load their queries.
+#pragma unroll
+    for (u32 stage = 0; stage + 1 < MMA_STAGES; ++stage) {
+        fetch_mma_tile(mma_ring, stage, k_pool, v_pool, block_keys, (first_tile + stage) * MMA_KEYS,
+                       first_tile + stage < end_tile);
+    }
 
     // The warp's queries as A fragments, dimensions in chunks of 16.
     u32 q_frag[MMA_HEAD_DIM / 16][4];
     {
-        const float *q_rows[2] = {q + (((size_t)seq[0] + rows[0]) * n_heads + head) * MMA_HEAD_DIM,
-                                  q + (((size_t)seq[0] + rows[1]) * n_heads + head) * MMA_HEAD_DIM};
+        const float *q_rows[2] = {q + (((size_t)seq[0] + rows[0]) * n_heads + heads[0]) * MMA_HEAD_DIM,
+                                  q + (((size_t)seq[0] + rows[1]) * n_heads + heads[1]) * MMA_HEAD_DIM};
 #pragma unroll
         for (int c = 0; c < MMA_HEAD_DIM / 16; ++c) {
 #pragma unroll
@@ -186,19 +197,20 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     const u32 k_lane_offset = (lane % 8) * MMA_STRIDE + 8 * (lane / 8);
     const u32 v_lane_offset = (8 * ((lane / 8) % 2) + lane % 8) * MMA_STRIDE + 8 * (lane / 16);
 
-    MmaTileShare share;
-    fetch_mma_tile(share, k_pool, v_pool, block_keys, first_tile * MMA_KEYS);
     for (u32 key_tile = first_tile; key_tile < end_tile; ++key_tile) {
         const u32 first_key = key_tile * MMA_KEYS;
+        // This thread's copies of the tile are in; the barrier makes everyone's visible, and puts
+        // every warp's work on the previous tile before its stage is refilled below.
+        copy_async_wait_pending<MMA_STAGES - 2>();
         __syncthreads();
-        store_mma_tile(share, k_tile, v_tile);
-        if (key_tile + 1 < end_tile) {
-            fetch_mma_tile(share, k_pool, v_pool, block_keys, first_key + MMA_KEYS);
-        }
-        __syncthreads();
+        const u32 ahead = key_tile + MMA_STAGES - 1;
+        fetch_mma_tile(mma_ring, (ahead - first_tile) % MMA_STAGES, k_pool, v_pool, block_keys, ahead * MMA_KEYS,
+                       ahead < end_tile);
         if (!warp_live) {
             continue;
         }
+        const __half *k_tile = mma_stage(mma_ring, (key_tile - first_tile) % MMA_STAGES);
+        const __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
         // Scores of the warp's 16 rows against the tile's keys, 8 keys per accumulator.
         float s[MMA_KEYS / 8][4];
 #pragma unroll
@@ -280,11 +292,10 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const u32 row = first_row + g + 8 * r;
-        if (row >= n_new) {
+        if (!live[r]) {
             continue;
         }
-        const size_t query = ((size_t)seq[0] + row) * n_heads + head;
+        const size_t query = ((size_t)seq[0] + rows[r]) * n_heads + heads[r];
         if (n_splits == 1) {
             const float inverse = row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f;
             float *out_row = out + query * MMA_HEAD_DIM;

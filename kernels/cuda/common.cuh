@@ -259,3 +259,45 @@ __device__ void store_block_sums(const float (&acc)[ROWS][TILE], u32 row0, u32 r
     }
     __syncthreads();
 }
+
+// Asynchronous copies to shared memory; a dead source is not read and its bytes become zeros.
+__device__ __forceinline__ void copy_async_16(void *dst, const void *src, bool live) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(live ? 16u : 0u)
+                 : "memory");
+#else
+    *(uint4 *)dst = live ? *(const uint4 *)src : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+__device__ __forceinline__ void copy_async_8(void *dst, const void *src, bool live) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(live ? 8u : 0u)
+                 : "memory");
+#else
+    *(uint2 *)dst = live ? *(const uint2 *)src : make_uint2(0, 0);
+#endif
+}
+
+__device__ __forceinline__ void copy_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// Closes this thread's copies issued since the last commit into a group.
+__device__ __forceinline__ void copy_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+// Waits until at most `PENDING` of this thread's committed groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void copy_async_wait_pending() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+#endif
+}

@@ -98,33 +98,6 @@ __device__ __forceinline__ void mma_k16(int (&d)[4], u32 a0, u32 a1, u32 b0) {
 #endif
 }
 
-// Asynchronous copies to shared memory; a dead source is not read and its bytes become zeros.
-__device__ __forceinline__ void copy_async_16(void *dst, const void *src, bool live) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(live ? 16u : 0u)
-                 : "memory");
-#else
-    *(uint4 *)dst = live ? *(const uint4 *)src : make_uint4(0, 0, 0, 0);
-#endif
-}
-
-__device__ __forceinline__ void copy_async_8(void *dst, const void *src, bool live) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(live ? 8u : 0u)
-                 : "memory");
-#else
-    *(uint2 *)dst = live ? *(const uint2 *)src : make_uint2(0, 0);
-#endif
-}
-
-__device__ __forceinline__ void copy_async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 // One group's activations in shared memory. Rows are STRIDE bytes, padded so that the lanes' loads
 // of one n-fragment (lane g, t reads row g at 8t, or at 4t for Q6_K) fall in distinct banks: rows
 // 8 banks apart for 8-byte loads (served a half-warp at a time: rows g..g+3, four lanes of two

@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [switches] [mmq-profile] [durations23] [verify-depth]
+#        [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -166,6 +166,26 @@ if has verify-depth; then
         CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/q8b.gguf" --backend cuda \
             --prefill 0 --decode 0 --depths 0,4096,16384 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "fwd"
     done | tee "$out/verify-depth.txt"
+fi
+if has attention-profile; then
+    # Nsight Compute's throughput, memory and stall sections for the attention of a decode step
+    # and of a 23-row verify after 16384 tokens, prefilled in one chunk so that its 36 launches of
+    # attention_mma come first. What keeps them from the read bandwidth.
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    if [ -n "$ncu" ]; then
+        for kernel in attention_dim128 attention_mma; do
+            "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+                --section WarpStateStats --section LaunchStats -k "regex:^$kernel\$" --launch-skip 36 \
+                --launch-count 2 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
+                --prefill-chunk 16384 --depths 16384 --decode 2 --forward 23 --repetitions 1 --warmup 0 \
+                >"$out/attention-profile-$kernel.txt" 2>&1
+            grep -E "  attention|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Block Size|Dynamic Shared|Warp Cycles Per Issued|Stall|One or More|No Eligible" \
+                "$out/attention-profile-$kernel.txt" | head -40
+        done
+    else
+        echo "no ncu: skipping the attention profile"
+    fi
 fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null

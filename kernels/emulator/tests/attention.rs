@@ -40,6 +40,8 @@ const MAX_TILE_KEYS: usize = 32;
 const TILE_LOADS: usize = 4;
 const SHARED_FLOATS: usize = (48 * 1024 - 256) / 4;
 const SM_COUNT: usize = 132;
+/// attention_mma.rs's ring of 6 tiles of 32 keys and 32 values, rows of 136 halves.
+const MMA_SHARED_BYTES: usize = 6 * 2 * 32 * 136 * 2;
 
 /// One sequence: its shape and its pool blocks.
 struct Sequence {
@@ -311,7 +313,7 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
     let group = n_heads / n_kv_heads;
     let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
     let chunks = group.div_ceil(heads_per_block);
-    let row_blocks = n_rows.div_ceil(16 * (WARPS / heads_per_block)) + sequences.len();
+    let row_blocks = n_rows.div_ceil(16 * WARPS / heads_per_block) + sequences.len();
     let n_states = n_rows * n_heads * splits;
     let mut flat = flatten(block_size, sequences);
     let mut q = DeviceBuffer::from_floats(&case.q);
@@ -358,7 +360,7 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
     let shape = LaunchShape {
         grid: [row_blocks as u32, n_kv_heads * chunks as u32, n_splits],
         block: [32 * WARPS as u32, 1, 1],
-        dynamic_shared_bytes: 0,
+        dynamic_shared_bytes: MMA_SHARED_BYTES,
     };
     run(
         "attention_mma",
@@ -462,12 +464,12 @@ fn decode_attention_splits_long_rows() {
     }
 }
 
-/// Batches of every mask in row tiles of 16 that end mid-sequence: a causal prompt of 18 rows, a
-/// chunk of 10 after 70 cached keys (tiles of 32 keys seen in part), a tree of 6 nodes, a
-/// bidirectional chunk and a decode row among them. Groups of 4 query heads (two row tiles a
-/// block), 8 (one), 2 (four) and 3 (two, six warps working); unsplit and split 3 ways, every
-/// split but the first left without keys. Smaller than the device test's 77 and 300 + 64 rows,
-/// which the warp-shuffle mma fallback makes slow here.
+/// Batches of every mask whose warps' 16 (row, head) slots end mid-sequence: a causal prompt of 18
+/// rows, a chunk of 10 after 70 cached keys (tiles of 32 keys seen in part), a tree of 6 nodes, a
+/// bidirectional chunk and a decode row among them. Groups of 4 query heads (32 rows a block), 8
+/// (16 rows), 2 (64 rows) and 3 (42 rows, the last two slots dead); unsplit and split 3 ways,
+/// every split but the first left without keys. Smaller than the device test's 77 and 300 + 64
+/// rows, which the warp-shuffle mma fallback makes slow here.
 #[test]
 fn mma_attention_matches_cpu_for_every_mask() {
     let mut rng = Rng::new(83);
@@ -504,4 +506,25 @@ fn mma_attention_splits_a_verify_batch_after_a_long_context() {
     let label = format!("23 tree rows after {n_past}, heads 8/2 of 128");
     mma(&label, &sequences, block_size, &case, 1);
     mma(&label, &sequences, block_size, &case, 4);
+}
+
+/// A decode batch: three sequences of one row each, after 700 keys in blocks of 12 (22 tiles, split
+/// 4 ways as above), after 37 and with no context at all; the group's query heads fill a warp's
+/// first slots. Groups of 4, 2, 8 and 3.
+#[test]
+fn mma_attention_takes_decode_rows() {
+    let mut rng = Rng::new(85);
+    let block_size = 12;
+    let sequences = [
+        Sequence { n_past: 700, n_new: 1, mask: Mask::Causal, table: (0..59).rev().collect() },
+        Sequence { n_past: 37, n_new: 1, mask: Mask::Causal, table: (59..63).collect() },
+        Sequence { n_past: 0, n_new: 1, mask: Mask::Causal, table: vec![63] },
+    ];
+    let layout = layout_of(block_size, &sequences);
+    for heads in [(32, 8, 128), (16, 8, 128), (8, 1, 128), (6, 2, 128)] {
+        let case = Case::new(&layout, heads, &mut rng);
+        let label = format!("3 decode rows, heads {}/{} of 128", heads.0, heads.1);
+        mma(&label, &sequences, block_size, &case, 1);
+        mma(&label, &sequences, block_size, &case, 4);
+    }
 }

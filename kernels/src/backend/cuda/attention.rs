@@ -10,8 +10,9 @@
 //! completion counter per split task, which lives with the states so that both are allocated
 //! once, before any graph is recorded.
 //!
-//! Batches with a sequence of several rows and heads of 128 (verify and prefill) go to the
-//! tensor-core kernel of attention_mma.rs instead, which shares the split states' buffer.
+//! Batches with heads of 128 (`CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS` rows or more, every batch by
+//! default) go to the tensor-core kernel of attention_mma.rs instead, which shares the split
+//! states' buffer.
 //!
 //! Everything a launch decides (heads per block, keys per tile, splits, shared memory) depends on
 //! the shape alone, never on the context length, so a recorded step stays valid at every length.
@@ -101,8 +102,7 @@ pub(super) fn attention(
     let (mut states, mut tail) = partials
         .try_split_at_mut(STATES_LEN)
         .ok_or_else(|| device_error(OP, "the partials buffer is smaller than its states"))?;
-    let (n_rows, n_sequences) = (batch.n_rows(), batch.n_sequences());
-    if backend.mma_attention.as_ref().is_some_and(|mma| mma.takes(params, n_rows, n_sequences)) {
+    if backend.mma_attention.as_ref().is_some_and(|mma| mma.takes(params, batch.n_rows())) {
         return attention_mma::launch(backend, q, k_pool, v_pool, batch, params, &mut states, out);
     }
     // The shape check makes n_heads a positive multiple of n_kv_heads.

@@ -1,10 +1,9 @@
-//! Attention of batches whose sequences have several rows (verify and prefill) on the tensor
-//! cores (`attention_mma` in attention_mma.cu): a block serves the query heads of one KV head and
-//! up to 128 query rows of one sequence, and multiplies f16 copies of each tile of keys and values
-//! with mma.sync, so that every key and value row read serves all of them. A verify batch is only
-//! a few such blocks, so each block's keys are also split across blocks ([`splits`]), whose
-//! softmax states `attention_mma_merge` combines. The split kernels of attention.rs keep batches
-//! of one row per sequence (decode), which would leave 15 of a warp's 16 rows idle here.
+//! Attention for heads of 128 on the tensor cores (`attention_mma` in attention_mma.cu): a block
+//! serves the query heads of one KV head in up to 128 (row, query head) slots of one sequence, and
+//! multiplies each tile of f16 keys and values with mma.sync, streamed through a ring of tiles in
+//! shared memory, so that every key and value row read serves all of them. A decode or verify
+//! batch is only a few such blocks, so each block's keys are also split across blocks
+//! ([`splits`]), whose softmax states `attention_mma_merge` combines.
 //!
 //! As in attention.rs, everything a launch decides depends on the shape alone, never on the
 //! context length, so a recorded verify step stays valid at every length.
@@ -12,9 +11,11 @@
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 
+use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaViewMut, LaunchConfig};
 
 use super::CudaBackend;
+use super::CudaError;
 use super::attention::{heads_per_block, push_batch_args};
 use super::context::{Device, device_error, driver, grid, rows_from_env, to_u32};
 use super::divisor::FastDivisor;
@@ -23,35 +24,63 @@ use crate::backend::{AttentionBatch, AttentionParams, BackendError};
 
 /// The only head size of the kernel (`MMA_HEAD_DIM`).
 const HEAD_DIM: usize = 128;
-/// Query rows per warp (`MMA_ROWS`).
+/// (Row, query head) slots per warp (`MMA_ROWS`).
 const ROWS: usize = 16;
-/// Warps per block (`MMA_WARPS`, as attention.rs's blocks have): a (query head, row tile) each.
+/// Warps per block (`MMA_WARPS`, as attention.rs's blocks have).
 const WARPS: usize = 8;
+/// Keys per tile (`MMA_KEYS`).
+const KEYS: usize = 32;
+/// Halves between consecutive key rows of a tile (`MMA_STRIDE`).
+const STRIDE: usize = HEAD_DIM + 8;
+/// Tiles in the ring (`MMA_STAGES`).
+const STAGES: usize = 6;
+/// Dynamic shared memory of a block: the ring of tiles of f16 keys and values.
+const SHARED_BYTES: usize = STAGES * 2 * KEYS * STRIDE * size_of::<u16>();
+// Within what an SM of sm_80 and later grants a block (227 KB on sm_90, 163 KB on sm_80).
+const _: () = assert!(SHARED_BYTES <= 163 * 1024);
 /// Splits of a block's keys at most: `attention_mma_merge` gives each a lane of a warp.
 const MAX_SPLITS: usize = 32;
-/// Blocks per SM that a split launch aims for.
-const BLOCKS_PER_SM: usize = 2;
 /// The fewest rows that take the kernel by default.
-const DEFAULT_MIN_ROWS: usize = 2;
+const DEFAULT_MIN_ROWS: usize = 1;
 
-/// The kernel's switch: present on devices with f16 mma.sync and ldmatrix (sm_80 and later).
+/// The kernel's switch: present on devices with f16 mma.sync, ldmatrix and cp.async (sm_80 and
+/// later).
 pub(super) struct MmaAttention {
     /// The fewest rows of a batch that take the kernel: `CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS` or
-    /// [`DEFAULT_MIN_ROWS`].
+    /// [`DEFAULT_MIN_ROWS`]; batches with fewer go to the split kernels of attention.rs.
     min_rows: usize,
+    /// Blocks of the kernel an SM holds at once, as the driver computes it.
+    blocks_per_sm: usize,
 }
 
 impl MmaAttention {
-    pub fn new(device: &Device) -> Option<Self> {
-        let sm = device.arch.strip_prefix("sm_")?.parse::<u32>().ok()?;
-        (sm >= 80)
-            .then(|| Self { min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS) })
+    /// The switch, or `None` before sm_80. Lets the kernel take its ring's shared memory, more
+    /// than a block gets without asking.
+    pub fn new(device: &Device) -> Result<Option<Self>, CudaError> {
+        let sm = device.arch.strip_prefix("sm_").and_then(|sm| sm.parse::<u32>().ok());
+        if sm.is_none_or(|sm| sm < 80) {
+            return Ok(None);
+        }
+        let function = device
+            .function("attention", "attention_mma")
+            .map_err(|_| CudaError::MissingKernel("attention_mma"))?;
+        let shared_bytes = i32::try_from(SHARED_BYTES).unwrap_or(i32::MAX);
+        function.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes,
+        )?;
+        let threads = u32::try_from(32 * WARPS).unwrap_or(u32::MAX);
+        let blocks_per_sm =
+            function.occupancy_max_active_blocks_per_multiprocessor(threads, SHARED_BYTES, None)?;
+        Ok(Some(Self {
+            min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
+            blocks_per_sm: usize::try_from(blocks_per_sm).unwrap_or(1).max(1),
+        }))
     }
 
-    /// Whether the kernel takes a batch of `n_rows` rows in `n_sequences` sequences with heads of
-    /// `params`: some sequence must have several rows.
-    pub fn takes(&self, params: &AttentionParams, n_rows: usize, n_sequences: usize) -> bool {
-        params.head_dim == HEAD_DIM && n_rows >= self.min_rows && n_rows > n_sequences
+    /// Whether the kernel takes a batch of `n_rows` rows with heads of `params`.
+    pub fn takes(&self, params: &AttentionParams, n_rows: usize) -> bool {
+        params.head_dim == HEAD_DIM && n_rows >= self.min_rows
     }
 }
 
@@ -72,7 +101,7 @@ pub(super) fn launch(
     let group = params.n_heads / params.n_kv_heads;
     let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
-    let rows_per_block = ROWS * (WARPS / heads_per_block);
+    let rows_per_block = WARPS * ROWS / heads_per_block;
     let filled_row_blocks = batch.n_rows().div_ceil(rows_per_block);
     // Each sequence's rows start a row block of their own, so there are at most this many.
     let row_blocks = filled_row_blocks + batch.n_sequences();
@@ -80,7 +109,9 @@ pub(super) fn launch(
     let n_queries = batch.n_rows() * params.n_heads;
     let device = &backend.device;
     // The splits aim at the blocks the rows fill, not at the bound's spare ones.
-    let splits = splits(device.sm_count, filled_row_blocks * head_blocks, n_queries, states.len());
+    let blocks_per_sm = backend.mma_attention.as_ref().map_or(1, |mma| mma.blocks_per_sm);
+    let resident_blocks = blocks_per_sm * device.sm_count;
+    let splits = splits(resident_blocks, filled_row_blocks * head_blocks, n_queries, states.len());
     let n_splits = to_u32(OP, "splits", splits)?;
     let n_states = n_queries * splits;
     // The outputs' states start on a float4 boundary, as the merge reads them. Unsplit launches
@@ -92,7 +123,7 @@ pub(super) fn launch(
     let config = LaunchConfig {
         grid_dim: (to_u32(OP, "row blocks", row_blocks)?, to_u32(OP, "head blocks", head_blocks)?, n_splits),
         block_dim: (to_u32(OP, "threads", 32 * WARPS)?, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: to_u32(OP, "shared memory", SHARED_BYTES)?,
     };
     let n_sequences = to_u32(OP, "sequences", batch.n_sequences())?;
     let block_size = FastDivisor::new(OP, batch.block_size())?;
@@ -139,11 +170,12 @@ pub(super) fn launch(
     Ok(())
 }
 
-/// Splits of each block's keys: enough for BLOCKS_PER_SM blocks on every SM, within the merge's
-/// MAX_SPLITS and the `states_len` floats of split states (two floats and a head each per query
-/// and split, and up to three floats aligning the heads).
-fn splits(sm_count: usize, blocks: usize, n_queries: usize, states_len: usize) -> usize {
-    let wanted = (BLOCKS_PER_SM * sm_count).div_ceil(blocks.max(1));
+/// Splits of each block's keys: as many as the `resident_blocks` the device holds at once take in
+/// one wave (a block more would wait for a whole second one), within the merge's MAX_SPLITS and
+/// the `states_len` floats of split states (two floats and a head each per query and split, and
+/// up to three floats aligning the heads).
+fn splits(resident_blocks: usize, blocks: usize, n_queries: usize, states_len: usize) -> usize {
+    let wanted = resident_blocks / blocks.max(1);
     let room = states_len.saturating_sub(3) / (n_queries.max(1) * (HEAD_DIM + 2));
     wanted.min(room).clamp(1, MAX_SPLITS)
 }
@@ -155,12 +187,15 @@ mod tests {
     #[test]
     fn verify_batches_split_their_keys_and_prefill_batches_do_not() {
         let states_len = 8192 * 514;
-        // Qwen3-8B, 23 rows: one row block of 8 KV heads, split as far as the merge goes.
-        assert_eq!(splits(132, 8, 23 * 32, states_len), MAX_SPLITS);
-        // 64 rows: two row blocks, 17 splits wanted, and the states bound them.
+        // Qwen3-8B, 23 rows, on 132 SMs of one block each: one row block of 8 KV heads, split
+        // 16 ways (128 blocks; 17 would leave 4 blocks for a second wave).
+        assert_eq!(splits(132, 8, 23 * 32, states_len), 16);
+        // Two blocks an SM: as far as the merge goes.
+        assert_eq!(splits(264, 8, 23 * 32, states_len), MAX_SPLITS);
+        // 64 rows: two row blocks, 16 splits wanted, and the states bound them.
         let room = (states_len - 3) / (64 * 32 * 130);
         assert_eq!(room, 15);
-        assert_eq!(splits(132, 2 * 8, 64 * 32, states_len), room);
+        assert_eq!(splits(264, 2 * 8, 64 * 32, states_len), room);
         // A long prefill fills the device alone.
         assert_eq!(splits(132, 64 * 8, 2048 * 32, states_len), 1);
         // More SMs than states: never past MAX_SPLITS.
@@ -168,12 +203,12 @@ mod tests {
     }
 
     #[test]
-    fn only_batches_with_a_multi_row_sequence_and_heads_of_128_take_the_kernel() {
-        let attention = MmaAttention { min_rows: 2 };
+    fn batches_of_at_least_min_rows_with_heads_of_128_take_the_kernel() {
+        let attention = MmaAttention { min_rows: 2, blocks_per_sm: 1 };
         let params = |head_dim| AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim, scale: 1.0 };
-        assert!(attention.takes(&params(128), 23, 1));
-        assert!(!attention.takes(&params(128), 8, 8));
-        assert!(!attention.takes(&params(64), 23, 1));
-        assert!(!attention.takes(&params(128), 1, 1));
+        assert!(attention.takes(&params(128), 23));
+        assert!(attention.takes(&params(128), 8));
+        assert!(!attention.takes(&params(64), 23));
+        assert!(!attention.takes(&params(128), 1));
     }
 }

@@ -100,7 +100,7 @@ impl CudaBackend {
         let gemm = Gemm::open(&device);
         let mmq = Mmq::new(&device);
         let split_attention = SplitAttention::new(&device)?;
-        let mma_attention = MmaAttention::new(&device);
+        let mma_attention = MmaAttention::new(&device)?;
         Ok(Self {
             device,
             gemm,
