@@ -18,12 +18,12 @@
 // -inf, and tiles past the block's last row are not read.
 //
 // A decode or verify batch is a handful of blocks, far too few to stream a long context at the
-// device's bandwidth, so the host also splits each block's tiles across n_splits blocks (blockIdx.z),
-// each taking an even share of at least MMA_MIN_SPLIT_TILES tiles. Split blocks write each
-// query's softmax state (max and sum to `stats`, the unnormalised output to `parts`, the splits
-// of one query adjacent), and attention_mma_merge combines them; they let the merge launch early
-// (it waits for them to finish), and a split left without tiles writes max -inf, which the merge
-// skips. Unsplit launches write the output directly.
+// device's bandwidth, so the host also splits each block's tiles across n_splits blocks
+// (blockIdx.z), each taking an even share of at least MMA_MIN_SPLIT_TILES tiles. Split blocks
+// write each query's softmax state (max and sum to `stats`, the unnormalised output to `parts`,
+// the splits of one query adjacent), and attention_mma_merge combines them; they let the merge
+// launch early (it waits for them to finish), and a split left without tiles writes max -inf,
+// which the merge skips. Unsplit launches write the output directly.
 //
 // The fragments of mma_f16 and load_matrices are laid out as common.cuh describes.
 #define MMA_HEAD_DIM 128
@@ -319,10 +319,10 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
 }
 
 // Combines the split states of attention_mma: a warp per query (row, query head), lane s reading
-// split s's max and sum (so at most WARP_SIZE splits), each lane then holding 4 dimensions of the output. With `out_q` set it
-// also writes the output's int8 copy, and with `out_halves` its f16 copy and row scales (1, as in
-// attention.cu's HeadOutput), which the output projection reads instead of rounding the output
-// in a launch of its own.
+// split s's max and sum (so at most WARP_SIZE splits), each lane then holding 4 dimensions of the
+// output. With `out_q` set it also writes the output's int8 copy, and with `out_halves` its f16
+// copy and row scales (1, as in attention.cu's HeadOutput), which the output projection reads
+// instead of rounding the output in a launch of its own.
 extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, u32 n_heads,
                         float *out, u32 *out_q, float2 *out_scales, u16 *out_halves, float *out_half_scales) {

@@ -168,20 +168,21 @@ if has verify-depth; then
     done | tee "$out/verify-depth.txt"
 fi
 if has attention-profile; then
-    # Nsight Compute's throughput, memory and stall sections for the attention of a decode step
-    # and of a 23-row verify after 16384 tokens, prefilled in one chunk so that its 36 launches of
-    # attention_mma come first. What keeps them from the read bandwidth.
+    # Nsight Compute's throughput, memory and stall sections for attention_mma in a decode step
+    # and in a 23-row verify after 16384 tokens, prefilled in one chunk (36 launches): launch 37 is
+    # the first decode step's first layer, 109 the verify's. What keeps it from the read bandwidth.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     if [ -n "$ncu" ]; then
-        for kernel in attention_dim128 attention_mma; do
+        for skip in 36 108; do
             "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-                --section WarpStateStats --section LaunchStats -k "regex:^$kernel\$" --launch-skip 36 \
-                --launch-count 2 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
+                --section WarpStateStats --section LaunchStats -k "regex:^attention_mma\$" --launch-skip "$skip" \
+                --launch-count 1 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
                 --prefill-chunk 16384 --depths 16384 --decode 2 --forward 23 --repetitions 1 --warmup 0 \
-                >"$out/attention-profile-$kernel.txt" 2>&1
-            grep -E "  attention|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Block Size|Dynamic Shared|Warp Cycles Per Issued|Stall|One or More|No Eligible" \
-                "$out/attention-profile-$kernel.txt" | head -40
+                >"$out/attention-profile-$skip.txt" 2>&1
+            echo "== attention_mma launch $((skip + 1))"
+            grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit|L1/TEX Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Dynamic Shared|Warp Cycles Per Issued|Stall|One or More|No Eligible" \
+                "$out/attention-profile-$skip.txt" | head -30
         done
     else
         echo "no ncu: skipping the attention profile"
