@@ -34,10 +34,9 @@ const KEYS: usize = 32;
 const STRIDE: usize = HEAD_DIM + 8;
 /// Tiles in the ring (`MMA_STAGES`).
 const STAGES: usize = 6;
-/// Dynamic shared memory of a block: the ring of tiles of f16 keys and values.
+/// Dynamic shared memory of a block: the ring of tiles of f16 keys and values, 102 KB, which
+/// sm_80 and sm_90 grant a block (163 and 227 KB) but sm_86 and sm_89 do not (99 KB).
 const SHARED_BYTES: usize = STAGES * 2 * KEYS * STRIDE * size_of::<u16>();
-// Within what an SM of sm_80 and later grants a block (227 KB on sm_90, 163 KB on sm_80).
-const _: () = assert!(SHARED_BYTES <= 163 * 1024);
 /// Splits of a block's keys at most: `attention_mma_merge` gives each a lane of a warp.
 const MAX_SPLITS: usize = 32;
 /// The fewest rows that take the kernel by default.
@@ -54,11 +53,15 @@ pub(super) struct MmaAttention {
 }
 
 impl MmaAttention {
-    /// The switch, or `None` before sm_80. Lets the kernel take its ring's shared memory, more
-    /// than a block gets without asking.
+    /// The switch, or `None` (every batch then takes the split kernels) before sm_80 and on
+    /// devices that grant a block less shared memory than the ring needs. Lets the kernel take
+    /// the ring's shared memory, more than a block gets without asking.
     pub fn new(device: &Device) -> Result<Option<Self>, CudaError> {
         let sm = device.arch.strip_prefix("sm_").and_then(|sm| sm.parse::<u32>().ok());
         if sm.is_none_or(|sm| sm < 80) {
+            return Ok(None);
+        }
+        if device.max_shared_per_block < SHARED_BYTES {
             return Ok(None);
         }
         let function = device

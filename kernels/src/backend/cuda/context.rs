@@ -22,6 +22,8 @@ pub(super) struct Device {
     pub arch: String,
     /// Streaming multiprocessors, for sizing grids that must fill the device.
     pub sm_count: usize,
+    /// The most shared memory a block may opt in to (99 KB on sm_86 and sm_89, 227 KB on sm_90).
+    pub max_shared_per_block: usize,
     /// Whether kernels launch with programmatic dependent launch (launch.rs).
     pub programmatic_launch: bool,
 }
@@ -40,6 +42,9 @@ impl Device {
         let arch = format!("sm_{major}{minor}");
         let sm_count = context
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let max_shared_per_block = context.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?;
         let mut functions = HashMap::new();
         for source in KERNEL_SOURCES {
             let module = context.load_module(Ptx::from_binary(cache::cubin(&nvrtc, source, &arch)?))?;
@@ -53,6 +58,7 @@ impl Device {
             functions,
             arch,
             sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
+            max_shared_per_block: usize::try_from(max_shared_per_block).unwrap_or(0),
             programmatic_launch: launch::programmatic_launch(major),
         })
     }
