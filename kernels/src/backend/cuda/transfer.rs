@@ -130,6 +130,19 @@ pub(super) fn upload_weight(
     Ok(CudaWeight { ty, rows, cols, row_bytes, bytes: buf })
 }
 
+/// Copies `n` values of a device index array back to the host, after every submitted op.
+pub(super) fn download_index(
+    device: &Device,
+    op: &'static str,
+    src: &cudarc::driver::CudaSlice<u32>,
+    out: &mut [u32],
+) -> Result<(), BackendError> {
+    if !out.is_empty() {
+        device.stream.memcpy_dtoh(&src.slice(..out.len()), out).map_err(driver(op))?;
+    }
+    device.stream.synchronize().map_err(driver(op))
+}
+
 #[cfg(test)]
 mod tests {
     use super::kv_bits;
@@ -142,17 +155,4 @@ mod tests {
         assert_eq!(kv_bits(-1.0e6), half::f16::MIN.to_bits());
         assert!(half::f16::from_bits(kv_bits(f32::NAN)).is_nan());
     }
-}
-
-/// Copies `n` values of a device index array back to the host, after every submitted op.
-pub(super) fn download_index(
-    device: &Device,
-    op: &'static str,
-    src: &cudarc::driver::CudaSlice<u32>,
-    out: &mut [u32],
-) -> Result<(), BackendError> {
-    if !out.is_empty() {
-        device.stream.memcpy_dtoh(&src.slice(..out.len()), out).map_err(driver(op))?;
-    }
-    device.stream.synchronize().map_err(driver(op))
 }
