@@ -165,8 +165,9 @@ fn binary_tree(n: u32) -> Vec<u32> {
 }
 
 /// A decode row over a long context is only a few tasks (one per KV head), so its keys are split
-/// across many blocks, some of which get no tile at all at 700 keys, and the last block of each
-/// task merges their states.
+/// across many blocks, some of which get no tile at all at 700 keys: for heads of 128 on the
+/// tensor cores, merged by a second kernel; for the others by the split kernels, whose last block
+/// of each task merges their states.
 #[test]
 fn attention_splits_long_decode_rows() {
     let Some(gpu) = cuda() else { return };
@@ -186,22 +187,29 @@ fn attention_splits_long_decode_rows() {
 
 /// A recorded attention call stays right at every replay as the context under it grows: the
 /// launch depends on the shape alone, and each launch leaves the merge counters at zero for the
-/// next. A decode row (split kernel, merged by its last block) and a verify tree of 23 rows
-/// (tensor-core kernel, merged by a second kernel).
+/// next. A decode row with heads of 64 (split kernel, merged by its last block), and with heads of
+/// 128 a decode row and a verify tree of 23 rows (tensor-core kernel, merged by a second kernel).
 #[test]
 fn recorded_attention_replays_at_every_context_length() {
     let Some(gpu) = cuda() else { return };
     let parents = binary_tree(23);
-    replay_at_context_lengths(gpu, 1, Mask::Causal, 1e-5);
-    replay_at_context_lengths(gpu, 23, Mask::Tree(&parents), 2e-3);
+    replay_at_context_lengths(gpu, 1, Mask::Causal, 64, 1e-5);
+    replay_at_context_lengths(gpu, 1, Mask::Causal, 128, 2e-3);
+    replay_at_context_lengths(gpu, 23, Mask::Tree(&parents), 128, 2e-3);
 }
 
-/// Records attention over `n_new` rows after 700 keys, then replays it after 700, 701 and 2999
-/// keys with fresh queries, against the CPU.
-fn replay_at_context_lengths(gpu: &CudaBackend, n_new: usize, mask: Mask<'_>, tolerance: f32) {
+/// Records attention over `n_new` rows (32 query heads of `head_dim` on 8 KV heads) after 700
+/// keys, then replays it after 700, 701 and 2999 keys with fresh queries, against the CPU.
+fn replay_at_context_lengths(
+    gpu: &CudaBackend,
+    n_new: usize,
+    mask: Mask<'_>,
+    head_dim: usize,
+    tolerance: f32,
+) {
     let cpu = CpuBackend::new();
     let mut rng = Rng::new(12);
-    let (n_heads, n_kv_heads, head_dim) = (32, 8, 128);
+    let (n_heads, n_kv_heads) = (32, 8);
     let params = AttentionParams { n_heads, n_kv_heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt() };
     let (block_size, max_keys) = (16, 3000 + n_new);
     let table: Vec<u32> = (0..max_keys.div_ceil(block_size) as u32).rev().collect();
@@ -235,7 +243,10 @@ fn replay_at_context_lengths(gpu: &CudaBackend, n_new: usize, mask: Mask<'_>, to
         gpu.replay(&graph).unwrap();
         let cpu_batch = AttentionBatch::upload(&cpu, &layout).unwrap();
         cpu.attention(&cpu_q, &cpu_k, &cpu_v, &cpu_batch, &params, &mut cpu_out).unwrap();
-        let label = format!("replayed attention of {n_new} rows {}, after {n_past} keys", step + 1);
+        let label = format!(
+            "replayed attention of {n_new} rows of heads of {head_dim} {}, after {n_past} keys",
+            step + 1
+        );
         check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), tolerance);
     }
 }
@@ -313,9 +324,9 @@ fn attention_parity(
     cpu.attention(&cpu_q, &cpu_k, &cpu_v, &cpu_batch, &params, &mut cpu_out).unwrap();
     gpu.attention(&gpu_q, &gpu_k, &gpu_v, &gpu_batch, &params, &mut gpu_out).unwrap();
     let label = format!("attention {} rows, heads {n_heads}/{n_kv_heads} dim {head_dim}", layout.n_rows());
-    // Batches with a sequence of several rows and heads of 128 take the tensor-core kernel, on
-    // f16 copies.
-    let tensor_cores = head_dim == 128 && layout.n_rows() > layout.n_sequences();
+    // Batches with heads of 128 take the tensor-core kernel, on f16 copies of the queries and
+    // weights.
+    let tensor_cores = head_dim == 128;
     let tolerance = if tensor_cores { 2e-3 } else { 1e-5 };
     check(&label, &fetch(gpu, &gpu_out, n), &fetch(&cpu, &cpu_out, n), tolerance);
 }

@@ -14,9 +14,9 @@
 //! activations to f16 (2-6e-4 in the CPU emulator, kernels/emulator); beyond that the cuBLAS GEMM
 //! rounds activations (and decoded weights) to f16, or to bf16 for bf16 weights, as it does from 16
 //! rows for the element-wise formats: 2e-3, 1e-2 for bf16, 2e-5 for f32 weights (an f32 GEMM); 1e-5
-//! for norms and attention, except 2e-3 for verify and prefill attention (a sequence of several
-//! rows, heads of 128), which multiplies f16 copies of the queries and softmax weights with the
-//! keys and values on the tensor cores (8.5e-4 measured on an H200); 2e-6 for elementwise ops and
+//! for norms and attention, except 2e-3 for attention with heads of 128 (decode, verify and
+//! prefill), which multiplies f16 copies of the queries and softmax weights with the keys and
+//! values on the tensor cores (8.5e-4 measured on an H200); 2e-6 for elementwise ops and
 //! softmax (expf within 2 ulp); 1e-4 for RoPE at positions up to 4096 (an ulp of difference in
 //! `theta^x` turns into up to 4096 ulps of angle; 3.5e-6 measured on an H200), and for the fused
 //! attention inputs, which rotate too (3.9e-6 measured).
