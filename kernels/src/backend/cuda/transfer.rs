@@ -76,16 +76,15 @@ pub(super) fn download_kv_pool(
     if out.len() > pool.len {
         return Err(BackendError::shape(OP, format!("{} elements requested from {}", out.len(), pool.len)));
     }
+    let mut bits = vec![0u16; out.len()];
     if !out.is_empty() {
-        let mut bits = vec![0u16; out.len()];
         device.stream.memcpy_dtoh(&pool.buf.slice(..out.len()), &mut bits).map_err(driver(OP))?;
-        device.stream.synchronize().map_err(driver(OP))?;
-        for (value, bits) in out.iter_mut().zip(bits) {
-            *value = half::f16::from_bits(bits).to_f32();
-        }
-        return Ok(());
     }
-    device.stream.synchronize().map_err(driver(OP))
+    device.stream.synchronize().map_err(driver(OP))?;
+    for (value, bits) in out.iter_mut().zip(bits) {
+        *value = half::f16::from_bits(bits).to_f32();
+    }
+    Ok(())
 }
 
 pub(super) fn upload_index(device: &Device, data: &[u32]) -> Result<CudaIndex, BackendError> {
