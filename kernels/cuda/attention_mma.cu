@@ -3,19 +3,25 @@
 //
 // Attention for heads of MMA_HEAD_DIM dimensions on the tensor cores: decode, verify and
 // prefill batches alike. A block serves one KV head (or a chunk of its query heads) and up to
-// MMA_WARPS * MMA_ROWS (row, query head) slots of one sequence, the chunk's heads of consecutive
-// query rows, a warp per 16 slots: every key and value row it reads serves all of them, where the
+// 16 (row, query head) slots per warp of one sequence, the chunk's heads of consecutive
+// query rows: every key and value row it reads serves all of them, where the
 // split kernels of attention.cu read it once per row. For Qwen3-8B a block holds a whole 23-row
 // verify batch of one KV head (92 slots), or a decode row's 4 query heads.
 //
 // The block walks its keys in tiles of MMA_KEYS, copied by cp.async from the f16 pools into a ring
-// of MMA_STAGES tiles in shared memory, keys and values alike row-major, MMA_STAGES - 1 tiles
-// ahead of the one the warps work on. Each warp scores its 16 slots against the tile with
+// of tiles in shared memory, keys and values alike row-major, all but one of them ahead of the one
+// the warps work on. Each warp scores its 16 slots against the tile with
 // mma.m16n8k16 (f16 in, f32 accumulate), the keys' fragments coming from ldmatrix, folds the
 // scores into its slots' online softmax in registers, and adds the tile's weighted values with
 // mma again: the probabilities go from the score accumulators straight into the A operand, and
 // ldmatrix's transpose turns the row-major values into B fragments. Keys a row does not see score
 // -inf, and tiles past the block's last row are not read.
+//
+// The kernel comes in two widths: attention_mma's blocks have 8 warps sharing a ring of 6 tiles,
+// for verify and prefill batches, whose rows fill several warps; attention_mma_narrow's have one
+// warp and a ring of 3, for decode rows and other batches of up to 16 slots a sequence. Such a
+// batch leaves seven of a wide block's warps copying only, and an SM holds a single wide block
+// (its registers), so it would have one warp computing, where it holds four narrow blocks.
 //
 // A decode or verify batch is a handful of blocks, far too few to stream a long context at the
 // device's bandwidth, so the host also splits each block's tiles across n_splits blocks
@@ -29,16 +35,13 @@
 #define MMA_HEAD_DIM 128
 #define MMA_ROWS 16
 #define MMA_KEYS 32
-#define MMA_WARPS 8
-#define MMA_THREADS (MMA_WARPS * WARP_SIZE)
+// Warps of the wide and the narrow blocks, and their rings' tiles.
+#define MMA_WIDE_WARPS 8
+#define MMA_WIDE_STAGES 6
+#define MMA_NARROW_STAGES 3
 // Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
 // 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
 #define MMA_STRIDE (MMA_HEAD_DIM + 8)
-// Groups of 8 halves (16 bytes) of a tile's keys, and of its values, that each thread copies.
-#define MMA_LOADS (MMA_KEYS * MMA_HEAD_DIM / 8 / MMA_THREADS)
-// Tiles in the ring of shared memory: while the warps work on one, the next MMA_STAGES - 1 are on
-// their way, enough bytes in flight for the device's read bandwidth.
-#define MMA_STAGES 6
 // Tiles a split block reads at least: fewer would cost the merge more than they save.
 #define MMA_MIN_SPLIT_TILES 8
 
@@ -53,17 +56,19 @@ __device__ __forceinline__ __half *mma_stage(uint4 *ring, u32 stage) {
 }
 
 // Starts copying the tile of keys from first_key into `stage`, a commit group of its own (empty
-// past the block's last tile, so that every thread's groups count alike). Group j of this thread
-// is dimensions 8 (e % 16) .. of key e / 16 of the tile, e = threadIdx.x + j * MMA_THREADS, so a
-// half-warp copies one key row; keys past the block's last row become zeros.
+// past the block's last tile, so that every thread's groups count alike), THREADS threads sharing
+// the copies. Copy j of this thread is dimensions 8 (e % 16) .. of key e / 16 of the tile,
+// e = threadIdx.x + j * THREADS, so a half-warp copies one key row; keys past the block's last
+// row become zeros.
+template <int THREADS>
 __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16 *k_pool, const u16 *v_pool,
                                                const KeyRange &keys, u32 first_key, bool live_tile) {
     __half *k_tile = mma_stage(ring, stage);
     __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
     if (live_tile) {
 #pragma unroll
-        for (int j = 0; j < MMA_LOADS; ++j) {
-            const u32 e = threadIdx.x + j * MMA_THREADS;
+        for (int j = 0; j < MMA_KEYS * MMA_HEAD_DIM / 8 / THREADS; ++j) {
+            const u32 e = threadIdx.x + j * THREADS;
             const u32 d = 8 * (e % (MMA_HEAD_DIM / 8));
             const u32 at_tile = e / (MMA_HEAD_DIM / 8) * MMA_STRIDE + d;
             size_t at = 0;
@@ -75,25 +80,27 @@ __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16
     copy_async_commit();
 }
 
-// One block per (row block of one sequence, KV head and chunk of its query heads, split). A block
-// serves MMA_WARPS * MMA_ROWS (row, query head) slots, slot m being query head m % heads_per_block
-// of the chunk in row m / heads_per_block of the block, warp w slots 16 w .. 16 w + 15: a verify
-// batch's rows and a decode row's query heads alike fill the mma tiles' rows. Row blocks are
-// numbered sequence after sequence; grid.x may exceed their count (the host bounds it by rows /
-// rows per block + sequences), and blocks past it leave. Dynamic shared memory holds the ring of
-// MMA_STAGES tiles.
-extern "C" __global__ void __launch_bounds__(MMA_THREADS)
-    attention_mma(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences,
-                  u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
-                  u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats,
-                  float *parts, float *out) {
+// One block of WARPS warps per (row block of one sequence, KV head and chunk of its query heads,
+// split). A block serves WARPS * MMA_ROWS (row, query head) slots, slot m being query head
+// m % heads_per_block of the chunk in row m / heads_per_block of the block, warp w slots
+// 16 w .. 16 w + 15: a verify batch's rows and a decode row's query heads alike fill the mma
+// tiles' rows. Row blocks are numbered sequence after sequence; grid.x may exceed their count (the
+// host bounds it by rows / rows per block + sequences), and blocks past it leave. Dynamic shared
+// memory holds the ring of STAGES tiles.
+template <int WARPS, int STAGES>
+__device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k_pool, const u16 *v_pool,
+                                                    const u32 *sequences, u32 n_sequences, const u32 *block_tables,
+                                                    const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
+                                                    u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits,
+                                                    float2 *stats, float *parts, float *out) {
+    constexpr int THREADS = WARPS * WARP_SIZE;
     wait_for_previous_kernel();
     if (n_splits > 1) {
         let_next_kernel_start();
     }
     extern __shared__ uint4 mma_ring[];
 
-    const u32 rows_per_block = MMA_WARPS * MMA_ROWS / heads_per_block;
+    const u32 rows_per_block = WARPS * MMA_ROWS / heads_per_block;
     u32 row_block = blockIdx.x;
     const u32 *seq = nullptr;
     for (u32 s = 0; s < n_sequences; ++s) {
@@ -162,8 +169,8 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     }
     // The first tiles of the ring are on their way while the warps load their queries.
 #pragma unroll
-    for (u32 stage = 0; stage + 1 < MMA_STAGES; ++stage) {
-        fetch_mma_tile(mma_ring, stage, k_pool, v_pool, block_keys, (first_tile + stage) * MMA_KEYS,
+    for (u32 stage = 0; stage + 1 < STAGES; ++stage) {
+        fetch_mma_tile<THREADS>(mma_ring, stage, k_pool, v_pool, block_keys, (first_tile + stage) * MMA_KEYS,
                        first_tile + stage < end_tile);
     }
 
@@ -201,15 +208,15 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
         const u32 first_key = key_tile * MMA_KEYS;
         // This thread's copies of the tile are in; the barrier makes everyone's visible, and puts
         // every warp's work on the previous tile before its stage is refilled below.
-        copy_async_wait_pending<MMA_STAGES - 2>();
+        copy_async_wait_pending<STAGES - 2>();
         __syncthreads();
-        const u32 ahead = key_tile + MMA_STAGES - 1;
-        fetch_mma_tile(mma_ring, (ahead - first_tile) % MMA_STAGES, k_pool, v_pool, block_keys, ahead * MMA_KEYS,
+        const u32 ahead = key_tile + STAGES - 1;
+        fetch_mma_tile<THREADS>(mma_ring, (ahead - first_tile) % STAGES, k_pool, v_pool, block_keys, ahead * MMA_KEYS,
                        ahead < end_tile);
         if (!warp_live) {
             continue;
         }
-        const __half *k_tile = mma_stage(mma_ring, (key_tile - first_tile) % MMA_STAGES);
+        const __half *k_tile = mma_stage(mma_ring, (key_tile - first_tile) % STAGES);
         const __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
         // Scores of the warp's 16 rows against the tile's keys, 8 keys per accumulator.
         float s[MMA_KEYS / 8][4];
@@ -318,28 +325,52 @@ extern "C" __global__ void __launch_bounds__(MMA_THREADS)
     }
 }
 
-// Combines the split states of attention_mma: a warp per query (row, query head), lane s reading
-// split s's max and sum (so at most WARP_SIZE splits), each lane then holding 4 dimensions of the
-// output. With `out_q` set it also writes the output's int8 copy, and with `out_halves` its f16
-// copy and row scales (1, as in attention.cu's HeadOutput), which the output projection reads
-// instead of rounding the output in a launch of its own.
-extern "C" __global__ void __launch_bounds__(MMA_THREADS)
+extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
+    attention_mma(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences, u32 n_sequences,
+                  const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
+                  u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts,
+                  float *out) {
+    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_STAGES>(q, k_pool, v_pool, sequences, n_sequences, block_tables,
+                                                         tree_parents, block_size, n_heads, n_kv_heads, scale,
+                                                         heads_per_block, n_splits, stats, parts, out);
+}
+
+extern "C" __global__ void __launch_bounds__(WARP_SIZE)
+    attention_mma_narrow(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences,
+                         u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
+                         u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits,
+                         float2 *stats, float *parts, float *out) {
+    attention_mma_block<1, MMA_NARROW_STAGES>(q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents,
+                                              block_size, n_heads, n_kv_heads, scale, heads_per_block, n_splits,
+                                              stats, parts, out);
+}
+
+// Combines the split states of attention_mma and attention_mma_narrow: a warp per query (row,
+// query head), lane s reading the max and sum of splits s and s + 32 (so at most 64
+// splits), each lane then holding 4 dimensions of the output. With `out_q` set it also writes the
+// output's int8 copy, and with `out_halves` its f16 copy and row scales (1, as in attention.cu's
+// HeadOutput), which the output projection reads instead of rounding the output in a launch of
+// its own.
+extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
     attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, u32 n_heads,
                         float *out, u32 *out_q, float2 *out_scales, u16 *out_halves, float *out_half_scales) {
     wait_for_previous_kernel();
     const u32 lane = threadIdx.x % WARP_SIZE;
-    const u32 query = blockIdx.x * MMA_WARPS + threadIdx.x / WARP_SIZE;
+    const u32 query = blockIdx.x * MMA_WIDE_WARPS + threadIdx.x / WARP_SIZE;
     if (query >= n_queries) {
         return;
     }
     const size_t first_state = (size_t)query * n_splits;
-    const float2 own = lane < n_splits ? stats[first_state + lane] : make_float2(-INFINITY, 0.0f);
-    const float max = warp_max(own.x);
-    const float weight = own.x == -INFINITY ? 0.0f : __expf(own.x - max);
-    const float sum = warp_sum(weight * own.y);
+    const float2 empty = make_float2(-INFINITY, 0.0f);
+    const float2 low = lane < n_splits ? stats[first_state + lane] : empty;
+    const float2 high = lane + WARP_SIZE < n_splits ? stats[first_state + WARP_SIZE + lane] : empty;
+    const float max = warp_max(fmaxf(low.x, high.x));
+    const float low_weight = low.x == -INFINITY ? 0.0f : __expf(low.x - max);
+    const float high_weight = high.x == -INFINITY ? 0.0f : __expf(high.x - max);
+    const float sum = warp_sum(low_weight * low.y + high_weight * high.y);
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (u32 split = 0; split < n_splits; ++split) {
-        const float w = __shfl_sync(FULL_MASK, weight, split);
+        const float w = __shfl_sync(FULL_MASK, split < WARP_SIZE ? low_weight : high_weight, split % WARP_SIZE);
         if (w == 0.0f) {
             continue;
         }

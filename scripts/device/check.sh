@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
+#        [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile] [narrow]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -168,25 +168,42 @@ if has verify-depth; then
     done | tee "$out/verify-depth.txt"
 fi
 if has attention-profile; then
-    # Nsight Compute's throughput, memory and stall sections for attention_mma in a decode step
-    # and in a 23-row verify after 16384 tokens, prefilled in one chunk (36 launches): launch 37 is
-    # the first decode step's first layer, 109 the verify's. What keeps it from the read bandwidth.
+    # Nsight Compute's throughput, memory and stall sections for the tensor-core attention in a
+    # decode step (attention_mma_narrow) and in a 23-row verify (attention_mma) after 16384 tokens,
+    # prefilled in one chunk (36 launches): launch 37 is the first decode step's first layer, 109
+    # the verify's. What keeps it from the read bandwidth.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     if [ -n "$ncu" ]; then
         for skip in 36 108; do
             "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-                --section WarpStateStats --section LaunchStats -k "regex:^attention_mma\$" --launch-skip "$skip" \
+                --section WarpStateStats --section LaunchStats -k "regex:^attention_mma(_narrow)?\$" --launch-skip "$skip" \
                 --launch-count 1 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
                 --prefill-chunk 16384 --depths 16384 --decode 2 --forward 23 --repetitions 1 --warmup 0 \
                 >"$out/attention-profile-$skip.txt" 2>&1
-            echo "== attention_mma launch $((skip + 1))"
+            echo "== tensor-core attention launch $((skip + 1))"
             grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit|L1/TEX Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Dynamic Shared|Warp Cycles Per Issued|Stall|One or More|No Eligible" \
                 "$out/attention-profile-$skip.txt" | head -30
         done
     else
         echo "no ncu: skipping the attention profile"
     fi
+fi
+if has narrow; then
+    # Same-binary A/B of decode rows in narrow one-warp blocks (default) against wide ones
+    # (CANOPY_CUDA_MMA_ATTENTION_NARROW=0), alternating, twice: the 8B on an empty context and
+    # after 16384 tokens, the 0.6B after 4096.
+    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    for round in 1 2; do
+        for narrow in 1 0; do
+            echo "== CANOPY_CUDA_MMA_ATTENTION_NARROW=$narrow (round $round)"
+            CANOPY_CUDA_MMA_ATTENTION_NARROW=$narrow "$bin/canopy" bench "$models/q8b.gguf" --backend cuda \
+                --prefill 0 --decode 128 --depths 0,16384 --forward 1,8,23 --repetitions 3 2>&1 | grep -E "tg|fwd"
+            CANOPY_CUDA_MMA_ATTENTION_NARROW=$narrow "$bin/canopy" bench "$models/q06.gguf" --backend cuda \
+                --prefill 0 --decode 128 --depths 0,4096 --forward 1 --repetitions 3 2>&1 | grep -E "tg|fwd"
+        done
+    done | tee "$out/narrow.txt"
 fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null

@@ -40,8 +40,18 @@ const MAX_TILE_KEYS: usize = 32;
 const TILE_LOADS: usize = 4;
 const SHARED_FLOATS: usize = (48 * 1024 - 256) / 4;
 const SM_COUNT: usize = 132;
-/// attention_mma.rs's ring of 6 tiles of 32 keys and 32 values, rows of 136 halves.
-const MMA_SHARED_BYTES: usize = 6 * 2 * 32 * 136 * 2;
+
+/// One of attention_mma.rs's widths: the kernel, warps a block and tiles in its ring (of 32 keys
+/// and 32 values, rows of 136 halves).
+#[derive(Clone, Copy)]
+struct MmaWidth {
+    kernel: &'static str,
+    warps: usize,
+    stages: usize,
+}
+
+const WIDE: MmaWidth = MmaWidth { kernel: "attention_mma", warps: 8, stages: 6 };
+const NARROW: MmaWidth = MmaWidth { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
 
 /// One sequence: its shape and its pool blocks.
 struct Sequence {
@@ -303,17 +313,17 @@ fn decode_with(
     assert!(counters.words(tasks).iter().all(|&c| c == 0), "{label}: merge counters reset");
 }
 
-/// Runs `attention_mma` over the case as attention_mma.rs launches it, with `splits` splits of
+/// Runs `width`'s kernel over the case as attention_mma.rs launches it, with `splits` splits of
 /// each block's keys, and `attention_mma_merge` over the split states when there are several,
 /// which also writes the output's int8 and f16 copies.
-fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, splits: usize) {
+fn mma(label: &str, width: MmaWidth, sequences: &[Sequence], block_size: usize, case: &Case, splits: usize) {
     let AttentionParams { n_heads, n_kv_heads, head_dim, scale } = case.params;
     assert_eq!(head_dim, 128, "the tensor-core kernel's only head size");
     let n_rows = case.q.len() / case.params.q_row_len();
     let group = n_heads / n_kv_heads;
     let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
     let chunks = group.div_ceil(heads_per_block);
-    let row_blocks = n_rows.div_ceil(16 * WARPS / heads_per_block) + sequences.len();
+    let row_blocks = n_rows.div_ceil(16 * width.warps / heads_per_block) + sequences.len();
     let n_states = n_rows * n_heads * splits;
     let mut flat = flatten(block_size, sequences);
     let mut q = DeviceBuffer::from_floats(&case.q);
@@ -359,11 +369,11 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
         [sequences.len(), n_heads, n_kv_heads, heads_per_block, splits].map(|v| v as u32);
     let shape = LaunchShape {
         grid: [row_blocks as u32, n_kv_heads * chunks as u32, n_splits],
-        block: [32 * WARPS as u32, 1, 1],
-        dynamic_shared_bytes: MMA_SHARED_BYTES,
+        block: [32 * width.warps as u32, 1, 1],
+        dynamic_shared_bytes: width.stages * 2 * 32 * 136 * 2,
     };
     run(
-        "attention_mma",
+        width.kernel,
         shape,
         &mut [
             ptr(q_ptr),
@@ -404,7 +414,7 @@ fn mma(label: &str, sequences: &[Sequence], block_size: usize, case: &Case, spli
             ],
         );
     }
-    let label = format!("attention_mma {label}, {splits} splits");
+    let label = format!("{} {label}, {splits} splits", width.kernel);
     let got = out.floats(case.q.len());
     check(&label, &got, &case.want, MMA_TOLERANCE);
     // The copies round the kernel's own output, whose f16 error against the CPU is larger than
@@ -485,8 +495,10 @@ fn mma_attention_matches_cpu_for_every_mask() {
     for heads in [(8, 2, 128), (8, 1, 128), (4, 2, 128), (6, 2, 128)] {
         let case = Case::new(&layout, heads, &mut rng);
         let label = format!("{} rows, heads {}/{} of 128", layout.n_rows(), heads.0, heads.1);
-        mma(&label, &sequences, block_size, &case, 1);
-        mma(&label, &sequences, block_size, &case, 3);
+        for width in [WIDE, NARROW] {
+            mma(&label, width, &sequences, block_size, &case, 1);
+            mma(&label, width, &sequences, block_size, &case, 3);
+        }
     }
 }
 
@@ -504,13 +516,13 @@ fn mma_attention_splits_a_verify_batch_after_a_long_context() {
     let layout = layout_of(block_size, &sequences);
     let case = Case::new(&layout, (8, 2, 128), &mut rng);
     let label = format!("23 tree rows after {n_past}, heads 8/2 of 128");
-    mma(&label, &sequences, block_size, &case, 1);
-    mma(&label, &sequences, block_size, &case, 4);
+    mma(&label, WIDE, &sequences, block_size, &case, 1);
+    mma(&label, WIDE, &sequences, block_size, &case, 4);
 }
 
 /// A decode batch: three sequences of one row each, after 700 keys in blocks of 12 (22 tiles, split
 /// 4 ways as above), after 37 and with no context at all; the group's query heads fill a warp's
-/// first slots. Groups of 4, 2, 8 and 3.
+/// first slots. Groups of 4, 2, 8 and 3, in wide blocks and in the narrow ones decode takes.
 #[test]
 fn mma_attention_takes_decode_rows() {
     let mut rng = Rng::new(85);
@@ -524,7 +536,81 @@ fn mma_attention_takes_decode_rows() {
     for heads in [(32, 8, 128), (16, 8, 128), (8, 1, 128), (6, 2, 128)] {
         let case = Case::new(&layout, heads, &mut rng);
         let label = format!("3 decode rows, heads {}/{} of 128", heads.0, heads.1);
-        mma(&label, &sequences, block_size, &case, 1);
-        mma(&label, &sequences, block_size, &case, 4);
+        mma(&label, WIDE, &sequences, block_size, &case, 4);
+        mma(&label, NARROW, &sequences, block_size, &case, 1);
+        mma(&label, NARROW, &sequences, block_size, &case, 4);
     }
+}
+
+/// `attention_mma_merge` over 40 splits, as narrow decode blocks leave them (a lane reads two
+/// splits' states), some of them empty (max -inf, as splits without keys write them), against
+/// the merge computed here in f64; with the int8 and f16 copies of its output.
+#[test]
+fn mma_merge_combines_more_splits_than_a_warp_has_lanes() {
+    let mut rng = Rng::new(86);
+    let (n_queries, n_splits, n_heads, head_dim) = (9usize, 40usize, 3usize, 128usize);
+    let mut stats = Vec::with_capacity(2 * n_queries * n_splits);
+    for query in 0..n_queries {
+        for split in 0..n_splits {
+            // Split 37 of every query and every third of the first are empty.
+            if split == 37 || (query == 0 && split % 3 == 0) {
+                stats.extend([f32::NEG_INFINITY, 0.0]);
+            } else {
+                stats.extend([3.0 * rng.gaussian(), 0.5 + 4.0 * rng.unit()]);
+            }
+        }
+    }
+    let parts = gaussian_row(n_queries * n_splits * head_dim, 1.0, &mut rng);
+    let mut want = vec![0.0f32; n_queries * head_dim];
+    for query in 0..n_queries {
+        let states = &stats[2 * query * n_splits..2 * (query + 1) * n_splits];
+        let max = states.iter().step_by(2).fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let weights: Vec<f64> = states
+            .chunks(2)
+            .map(|s| if s[0] == f32::NEG_INFINITY { 0.0 } else { f64::from(s[0] - max).exp() })
+            .collect();
+        let sum: f64 = weights.iter().zip(states.chunks(2)).map(|(w, s)| w * f64::from(s[1])).sum();
+        for d in 0..head_dim {
+            let acc: f64 = (0..n_splits)
+                .map(|split| weights[split] * f64::from(parts[(query * n_splits + split) * head_dim + d]))
+                .sum();
+            want[query * head_dim + d] = (acc / sum) as f32;
+        }
+    }
+    let mut stats_buffer = DeviceBuffer::from_floats(&stats);
+    let mut parts_buffer = DeviceBuffer::from_floats(&parts);
+    let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; want.len()]);
+    let mut copy = Q8Copy::zeroed(want.len());
+    let mut pointers = [
+        &mut stats_buffer,
+        &mut parts_buffer,
+        &mut out,
+        &mut copy.values,
+        &mut copy.scales,
+        &mut copy.halves,
+        &mut copy.half_scales,
+    ]
+    .map(|buffer| buffer.address());
+    let [stats_ptr, parts_ptr, out_ptr, oq_ptr, os_ptr, oh_ptr, ohs_ptr] = &mut pointers;
+    let [mut queries, mut splits, mut heads] = [n_queries, n_splits, n_heads].map(|v| v as u32);
+    run(
+        "attention_mma_merge",
+        LaunchShape::linear(queries.div_ceil(WARPS as u32), 32 * WARPS as u32),
+        &mut [
+            ptr(stats_ptr),
+            ptr(parts_ptr),
+            ptr(&mut queries),
+            ptr(&mut splits),
+            ptr(&mut heads),
+            ptr(out_ptr),
+            ptr(oq_ptr),
+            ptr(os_ptr),
+            ptr(oh_ptr),
+            ptr(ohs_ptr),
+        ],
+    );
+    let label = format!("attention_mma_merge of {n_splits} splits");
+    check(&label, &out.floats(want.len()), &want, DECODE_TOLERANCE);
+    check_q8_copy(&label, &copy, &want, DECODE_TOLERANCE);
+    check_f16_copy(&label, &copy, &want, n_heads * head_dim, DECODE_TOLERANCE);
 }

@@ -1,5 +1,6 @@
-//! Attention for heads of 128 on the tensor cores (`attention_mma` in attention_mma.cu): a block
-//! serves the query heads of one KV head in up to 128 (row, query head) slots of one sequence, and
+//! Attention for heads of 128 on the tensor cores (`attention_mma` and `attention_mma_narrow` in
+//! attention_mma.cu): a block serves the query heads of one KV head in up to 16 (row, query head)
+//! slots of one sequence per warp (8 warps in wide blocks, one in narrow ones), and
 //! multiplies each tile of f16 keys and values with mma.sync, streamed through a ring of tiles in
 //! shared memory, so that every key and value row read serves all of them. A decode or verify
 //! batch is only a few such blocks, so each block's keys are also split across blocks
@@ -26,21 +27,68 @@ use crate::backend::{AttentionBatch, AttentionParams, BackendError};
 const HEAD_DIM: usize = 128;
 /// (Row, query head) slots per warp (`MMA_ROWS`).
 const ROWS: usize = 16;
-/// Warps per block (`MMA_WARPS`, as attention.rs's blocks have).
-const WARPS: usize = 8;
 /// Keys per tile (`MMA_KEYS`).
 const KEYS: usize = 32;
 /// Halves between consecutive key rows of a tile (`MMA_STRIDE`).
 const STRIDE: usize = HEAD_DIM + 8;
-/// Tiles in the ring (`MMA_STAGES`).
-const STAGES: usize = 6;
-/// Dynamic shared memory of a block: the ring of tiles of f16 keys and values, 102 KB, which
-/// sm_80 and sm_90 grant a block (163 and 227 KB) but sm_86 and sm_89 do not (99 KB).
-const SHARED_BYTES: usize = STAGES * 2 * KEYS * STRIDE * size_of::<u16>();
-/// Splits of a block's keys at most: `attention_mma_merge` gives each a lane of a warp.
-const MAX_SPLITS: usize = 32;
+/// Splits of a block's keys at most: `attention_mma_merge` gives each lane of a warp two.
+const MAX_SPLITS: usize = 64;
 /// The fewest rows that take the kernel by default.
 const DEFAULT_MIN_ROWS: usize = 1;
+/// Warps in the merge's blocks (`MMA_WIDE_WARPS`), a query each.
+const MERGE_WARPS: usize = 8;
+
+/// One width of the kernel: its entry point, the warps of a block and the tiles of its ring.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Width {
+    kernel: &'static str,
+    warps: usize,
+    stages: usize,
+}
+
+/// Blocks of 8 warps and 6 tiles (`MMA_WIDE_WARPS`, `MMA_WIDE_STAGES`): verify and prefill
+/// batches, whose rows fill several warps.
+const WIDE: Width = Width { kernel: "attention_mma", warps: 8, stages: 6 };
+/// Blocks of one warp and 3 tiles (`MMA_NARROW_STAGES`): decode rows, whose slots fill one warp,
+/// so that an SM holds several computing warps instead of one wide block's one.
+const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
+
+impl Width {
+    /// Dynamic shared memory of a block: the ring of tiles of f16 keys and values (a wide block's
+    /// 102 KB, which sm_80 and sm_90 grant a block, 163 and 227 KB, but sm_86 and sm_89 do not,
+    /// 99 KB).
+    const fn shared_bytes(self) -> usize {
+        self.stages * 2 * KEYS * STRIDE * size_of::<u16>()
+    }
+
+    fn threads(self) -> usize {
+        32 * self.warps
+    }
+}
+
+/// A width of the kernel, loaded: how many of its blocks an SM holds at once, as the driver
+/// computes it.
+struct Loaded {
+    width: Width,
+    blocks_per_sm: usize,
+}
+
+impl Loaded {
+    /// Lets the kernel take its ring's shared memory, more than a block gets without asking.
+    fn new(device: &Device, width: Width) -> Result<Self, CudaError> {
+        let function =
+            device.function("attention", width.kernel).map_err(|_| CudaError::MissingKernel(width.kernel))?;
+        let shared_bytes = i32::try_from(width.shared_bytes()).unwrap_or(i32::MAX);
+        function.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes,
+        )?;
+        let threads = u32::try_from(width.threads()).unwrap_or(u32::MAX);
+        let blocks_per_sm =
+            function.occupancy_max_active_blocks_per_multiprocessor(threads, width.shared_bytes(), None)?;
+        Ok(Self { width, blocks_per_sm: usize::try_from(blocks_per_sm).unwrap_or(1).max(1) })
+    }
+}
 
 /// The kernel's switch: present on devices with f16 mma.sync, ldmatrix and cp.async (sm_80 and
 /// later).
@@ -48,42 +96,43 @@ pub(super) struct MmaAttention {
     /// The fewest rows of a batch that take the kernel: `CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS` or
     /// [`DEFAULT_MIN_ROWS`]; batches with fewer go to the split kernels of attention.rs.
     min_rows: usize,
-    /// Blocks of the kernel an SM holds at once, as the driver computes it.
-    blocks_per_sm: usize,
+    wide: Loaded,
+    /// Absent with `CANOPY_CUDA_MMA_ATTENTION_NARROW=0`: every batch then takes wide blocks.
+    narrow: Option<Loaded>,
 }
 
 impl MmaAttention {
     /// The switch, or `None` (every batch then takes the split kernels) before sm_80 and on
-    /// devices that grant a block less shared memory than the ring needs. Lets the kernel take
-    /// the ring's shared memory, more than a block gets without asking.
+    /// devices that grant a block less shared memory than the wide ring needs.
     pub fn new(device: &Device) -> Result<Option<Self>, CudaError> {
         let sm = device.arch.strip_prefix("sm_").and_then(|sm| sm.parse::<u32>().ok());
         if sm.is_none_or(|sm| sm < 80) {
             return Ok(None);
         }
-        if device.max_shared_per_block < SHARED_BYTES {
+        if device.max_shared_per_block < WIDE.shared_bytes() {
             return Ok(None);
         }
-        let function = device
-            .function("attention", "attention_mma")
-            .map_err(|_| CudaError::MissingKernel("attention_mma"))?;
-        let shared_bytes = i32::try_from(SHARED_BYTES).unwrap_or(i32::MAX);
-        function.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            shared_bytes,
-        )?;
-        let threads = u32::try_from(32 * WARPS).unwrap_or(u32::MAX);
-        let blocks_per_sm =
-            function.occupancy_max_active_blocks_per_multiprocessor(threads, SHARED_BYTES, None)?;
+        let narrow =
+            std::env::var("CANOPY_CUDA_MMA_ATTENTION_NARROW").map_or(true, |value| value.trim() != "0");
         Ok(Some(Self {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
-            blocks_per_sm: usize::try_from(blocks_per_sm).unwrap_or(1).max(1),
+            wide: Loaded::new(device, WIDE)?,
+            narrow: if narrow { Some(Loaded::new(device, NARROW)?) } else { None },
         }))
     }
 
     /// Whether the kernel takes a batch of `n_rows` rows with heads of `params`.
     pub fn takes(&self, params: &AttentionParams, n_rows: usize) -> bool {
         params.head_dim == HEAD_DIM && n_rows >= self.min_rows
+    }
+
+    /// The width for a batch of `n_rows` rows in `n_sequences` sequences, `heads_per_block` query
+    /// heads a block: narrow where the rows' slots fill no more than a warp per sequence.
+    fn width(&self, n_rows: usize, n_sequences: usize, heads_per_block: usize) -> &Loaded {
+        match &self.narrow {
+            Some(narrow) if n_rows * heads_per_block <= ROWS * n_sequences => narrow,
+            _ => &self.wide,
+        }
     }
 }
 
@@ -104,7 +153,12 @@ pub(super) fn launch(
     let group = params.n_heads / params.n_kv_heads;
     let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
-    let rows_per_block = WARPS * ROWS / heads_per_block;
+    let loaded = match &backend.mma_attention {
+        Some(mma) => mma.width(batch.n_rows(), batch.n_sequences(), heads_per_block),
+        None => return Err(device_error(OP, "the tensor-core attention is not loaded")),
+    };
+    let width = loaded.width;
+    let rows_per_block = width.warps * ROWS / heads_per_block;
     let filled_row_blocks = batch.n_rows().div_ceil(rows_per_block);
     // Each sequence's rows start a row block of their own, so there are at most this many.
     let row_blocks = filled_row_blocks + batch.n_sequences();
@@ -112,8 +166,7 @@ pub(super) fn launch(
     let n_queries = batch.n_rows() * params.n_heads;
     let device = &backend.device;
     // The splits aim at the blocks the rows fill, not at the bound's spare ones.
-    let blocks_per_sm = backend.mma_attention.as_ref().map_or(1, |mma| mma.blocks_per_sm);
-    let resident_blocks = blocks_per_sm * device.sm_count;
+    let resident_blocks = loaded.blocks_per_sm * device.sm_count;
     let splits = splits(resident_blocks, filled_row_blocks * head_blocks, n_queries, states.len());
     let n_splits = to_u32(OP, "splits", splits)?;
     let n_states = n_queries * splits;
@@ -125,15 +178,15 @@ pub(super) fn launch(
         .ok_or_else(|| device_error(OP, "the split states do not fit the partials buffer"))?;
     let config = LaunchConfig {
         grid_dim: (to_u32(OP, "row blocks", row_blocks)?, to_u32(OP, "head blocks", head_blocks)?, n_splits),
-        block_dim: (to_u32(OP, "threads", 32 * WARPS)?, 1, 1),
-        shared_mem_bytes: to_u32(OP, "shared memory", SHARED_BYTES)?,
+        block_dim: (to_u32(OP, "threads", width.threads())?, 1, 1),
+        shared_mem_bytes: to_u32(OP, "shared memory", width.shared_bytes())?,
     };
     let n_sequences = to_u32(OP, "sequences", batch.n_sequences())?;
     let block_size = FastDivisor::new(OP, batch.block_size())?;
     let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
-    let mut launch = device.launch(OP, "attention_mma")?;
+    let mut launch = device.launch(OP, width.kernel)?;
     push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
     launch
         .arg(&n_heads)
@@ -153,7 +206,7 @@ pub(super) fn launch(
     if splits == 1 {
         return Ok(());
     }
-    let config = grid(OP, n_queries.div_ceil(WARPS), to_u32(OP, "threads", 32 * WARPS)?)?;
+    let config = grid(OP, n_queries.div_ceil(MERGE_WARPS), to_u32(OP, "threads", 32 * MERGE_WARPS)?)?;
     let n_queries = to_u32(OP, "queries", n_queries)?;
     let mut merge = device.launch(OP, "attention_mma_merge")?;
     merge.arg(&mut stats).arg(&mut parts).arg(&n_queries).arg(&n_splits).arg(&n_heads).arg(&mut out.buf);
@@ -193,8 +246,8 @@ mod tests {
         // Qwen3-8B, 23 rows, on 132 SMs of one block each: one row block of 8 KV heads, split
         // 16 ways (128 blocks; 17 would leave 4 blocks for a second wave).
         assert_eq!(splits(132, 8, 23 * 32, states_len), 16);
-        // Two blocks an SM: as far as the merge goes.
-        assert_eq!(splits(264, 8, 23 * 32, states_len), MAX_SPLITS);
+        // A decode row in narrow blocks, four an SM: as far as the merge goes.
+        assert_eq!(splits(4 * 132, 8, 32, states_len), MAX_SPLITS);
         // 64 rows: two row blocks, 16 splits wanted, and the states bound them.
         let room = (states_len - 3) / (64 * 32 * 130);
         assert_eq!(room, 15);
@@ -205,13 +258,42 @@ mod tests {
         assert_eq!(splits(10_000, 1, 1, states_len), MAX_SPLITS);
     }
 
+    fn attention(narrow: bool) -> MmaAttention {
+        MmaAttention {
+            min_rows: 2,
+            wide: Loaded { width: WIDE, blocks_per_sm: 1 },
+            narrow: narrow.then_some(Loaded { width: NARROW, blocks_per_sm: 4 }),
+        }
+    }
+
     #[test]
     fn batches_of_at_least_min_rows_with_heads_of_128_take_the_kernel() {
-        let attention = MmaAttention { min_rows: 2, blocks_per_sm: 1 };
         let params = |head_dim| AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim, scale: 1.0 };
-        assert!(attention.takes(&params(128), 23));
-        assert!(attention.takes(&params(128), 8));
-        assert!(!attention.takes(&params(64), 23));
-        assert!(!attention.takes(&params(128), 1));
+        assert!(attention(true).takes(&params(128), 23));
+        assert!(attention(true).takes(&params(128), 8));
+        assert!(!attention(true).takes(&params(64), 23));
+        assert!(!attention(true).takes(&params(128), 1));
+    }
+
+    #[test]
+    fn batches_of_a_warp_of_slots_a_sequence_take_narrow_blocks() {
+        let with_narrow = attention(true);
+        // Decode rows of groups of 4 query heads: 4 slots a sequence.
+        assert_eq!(with_narrow.width(1, 1, 4).width, NARROW);
+        assert_eq!(with_narrow.width(3, 3, 4).width, NARROW);
+        // Four rows a sequence fill a warp; five do not.
+        assert_eq!(with_narrow.width(8, 2, 4).width, NARROW);
+        assert_eq!(with_narrow.width(5, 1, 4).width, WIDE);
+        // A 23-row verify batch.
+        assert_eq!(with_narrow.width(23, 1, 4).width, WIDE);
+        // Switched off, every batch takes wide blocks.
+        assert_eq!(attention(false).width(1, 1, 4).width, WIDE);
+    }
+
+    #[test]
+    fn the_rings_fit_where_the_kernel_is_loaded() {
+        // sm_90 grants a block 227 KB; the narrow ring leaves room for four blocks.
+        assert_eq!(WIDE.shared_bytes(), 104_448);
+        assert!(4 * NARROW.shared_bytes() <= 227 * 1024);
     }
 }
