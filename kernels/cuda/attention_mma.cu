@@ -25,7 +25,7 @@
 //
 // A decode or verify batch is a handful of blocks, far too few to stream a long context at the
 // device's bandwidth, so the host also splits each block's tiles across n_splits blocks
-// (blockIdx.z), each taking an even share of at least MMA_MIN_SPLIT_TILES tiles. Split blocks
+// (blockIdx.z), each taking an even share of at least SPLIT_TILES tiles. Split blocks
 // write each query's softmax state (max and sum to `stats`, the unnormalised output to `parts`,
 // the splits of one query adjacent), and attention_mma_merge combines them; they let the merge
 // launch early (it waits for them to finish), and a split left without tiles writes max -inf,
@@ -35,15 +35,17 @@
 #define MMA_HEAD_DIM 128
 #define MMA_ROWS 16
 #define MMA_KEYS 32
-// Warps of the wide and the narrow blocks, and their rings' tiles.
+// Warps of the wide and the narrow blocks, their rings' tiles, and the tiles a split block of each
+// reads at least: fewer would cost the merge more than they save. A narrow block has two tiles in
+// flight where a wide one has five, so its splits are shorter.
 #define MMA_WIDE_WARPS 8
 #define MMA_WIDE_STAGES 6
+#define MMA_WIDE_MIN_SPLIT_TILES 8
 #define MMA_NARROW_STAGES 3
+#define MMA_NARROW_MIN_SPLIT_TILES 2
 // Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
 // 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
 #define MMA_STRIDE (MMA_HEAD_DIM + 8)
-// Tiles a split block reads at least: fewer would cost the merge more than they save.
-#define MMA_MIN_SPLIT_TILES 8
 
 __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
@@ -57,24 +59,38 @@ __device__ __forceinline__ __half *mma_stage(uint4 *ring, u32 stage) {
 
 // Starts copying the tile of keys from first_key into `stage`, a commit group of its own (empty
 // past the block's last tile, so that every thread's groups count alike), THREADS threads sharing
-// the copies. Copy j of this thread is dimensions 8 (e % 16) .. of key e / 16 of the tile,
-// e = threadIdx.x + j * THREADS, so a half-warp copies one key row; keys past the block's last
-// row become zeros.
+// the copies. KEY_THREADS threads copy a key row (and its value row), thread k of them its 16-byte
+// chunks k, k + KEY_THREADS, ..., so that a warp's copy covers whole 32-byte sectors of a few rows
+// at once, and each thread looks up the pool offset of only a few rows: one in wide blocks, two in
+// narrow ones, where a row per half-warp copy had a narrow block's lanes look up 16, most of its
+// instructions. Keys past the block's last row become zeros.
 template <int THREADS>
 __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16 *k_pool, const u16 *v_pool,
                                                const KeyRange &keys, u32 first_key, bool live_tile) {
+    constexpr int CHUNKS = MMA_HEAD_DIM / 8;
+    constexpr int KEY_THREADS =
+        THREADS >= CHUNKS * MMA_KEYS ? CHUNKS : (THREADS >= 2 * MMA_KEYS ? THREADS / MMA_KEYS : 2);
+    constexpr int PASS_KEYS = THREADS / KEY_THREADS;
+    static_assert(MMA_KEYS % PASS_KEYS == 0, "whole passes over the tile");
     __half *k_tile = mma_stage(ring, stage);
     __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
     if (live_tile) {
+        const u32 chunk = threadIdx.x % KEY_THREADS;
 #pragma unroll
-        for (int j = 0; j < MMA_KEYS * MMA_HEAD_DIM / 8 / THREADS; ++j) {
-            const u32 e = threadIdx.x + j * THREADS;
-            const u32 d = 8 * (e % (MMA_HEAD_DIM / 8));
-            const u32 at_tile = e / (MMA_HEAD_DIM / 8) * MMA_STRIDE + d;
+        for (int pass = 0; pass < MMA_KEYS / PASS_KEYS; ++pass) {
+            const u32 key = pass * PASS_KEYS + threadIdx.x / KEY_THREADS;
             size_t at = 0;
-            const bool live = key_offset(keys, first_key + e / (MMA_HEAD_DIM / 8), &at);
-            copy_async_16(k_tile + at_tile, k_pool + at + d, live);
-            copy_async_16(v_tile + at_tile, v_pool + at + d, live);
+            const bool live = key_offset(keys, first_key + key, &at);
+            // The chunks' addresses are constant offsets from these.
+            const u16 *k_src = k_pool + at + 8 * chunk;
+            const u16 *v_src = v_pool + at + 8 * chunk;
+            __half *k_dst = k_tile + key * MMA_STRIDE + 8 * chunk;
+            __half *v_dst = v_tile + key * MMA_STRIDE + 8 * chunk;
+#pragma unroll
+            for (int i = 0; i < CHUNKS / KEY_THREADS; ++i) {
+                copy_async_16(k_dst + 8 * KEY_THREADS * i, k_src + 8 * KEY_THREADS * i, live);
+                copy_async_16(v_dst + 8 * KEY_THREADS * i, v_src + 8 * KEY_THREADS * i, live);
+            }
         }
     }
     copy_async_commit();
@@ -85,9 +101,9 @@ __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16
 // m % heads_per_block of the chunk in row m / heads_per_block of the block, warp w slots
 // 16 w .. 16 w + 15: a verify batch's rows and a decode row's query heads alike fill the mma
 // tiles' rows. Row blocks are numbered sequence after sequence; grid.x may exceed their count (the
-// host bounds it by rows / rows per block + sequences), and blocks past it leave. Dynamic shared
-// memory holds the ring of STAGES tiles.
-template <int WARPS, int STAGES>
+// host bounds it by rows / rows per block, rounded up, + sequences - 1), and blocks past it leave.
+// Dynamic shared memory holds the ring of STAGES tiles.
+template <int WARPS, int STAGES, int SPLIT_TILES>
 __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k_pool, const u16 *v_pool,
                                                     const u32 *sequences, u32 n_sequences, const u32 *block_tables,
                                                     const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
@@ -150,7 +166,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
     const KeyRange block_keys = keys_of_row(seq, block_tables, tree_parents, block_size,
                                             block_first_row + block_rows - 1, kv_row_len, kv_offset);
     const u32 n_key_tiles = (block_keys.end + MMA_KEYS - 1) / MMA_KEYS;
-    const u32 split_tiles = max((n_key_tiles + n_splits - 1) / n_splits, (u32)MMA_MIN_SPLIT_TILES);
+    const u32 split_tiles = max((n_key_tiles + n_splits - 1) / n_splits, (u32)SPLIT_TILES);
     const u32 first_tile = min(blockIdx.z * split_tiles, n_key_tiles);
     const u32 end_tile = min(first_tile + split_tiles, n_key_tiles);
     if (first_tile == end_tile) {
@@ -233,16 +249,24 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         }
         // Mask and scale, then each row's tile maximum over its four lanes. Keys of the committed
         // context are seen by every row.
-        const bool all_seen = first_key + MMA_KEYS <= n_past;
+        if (first_key + MMA_KEYS > n_past) {
+#pragma unroll
+            for (int n = 0; n < MMA_KEYS / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if (!row_sees(row_keys[e / 2], first_key + n * 8 + 2 * t + (e % 2))) {
+                        s[n][e] = -INFINITY;
+                    }
+                }
+            }
+        }
         float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < MMA_KEYS / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const u32 p = first_key + n * 8 + 2 * t + (e % 2);
-                const int r = e / 2;
-                s[n][e] = all_seen || row_sees(row_keys[r], p) ? s[n][e] * scale : -INFINITY;
-                tile_max[r] = fmaxf(tile_max[r], s[n][e]);
+                s[n][e] *= scale;
+                tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
             }
         }
         float rescale[2];
@@ -330,9 +354,9 @@ extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
                   const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
                   u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts,
                   float *out) {
-    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_STAGES>(q, k_pool, v_pool, sequences, n_sequences, block_tables,
-                                                         tree_parents, block_size, n_heads, n_kv_heads, scale,
-                                                         heads_per_block, n_splits, stats, parts, out);
+    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES>(
+        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
+        heads_per_block, n_splits, stats, parts, out);
 }
 
 extern "C" __global__ void __launch_bounds__(WARP_SIZE)
@@ -340,9 +364,9 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE)
                          u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
                          u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits,
                          float2 *stats, float *parts, float *out) {
-    attention_mma_block<1, MMA_NARROW_STAGES>(q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents,
-                                              block_size, n_heads, n_kv_heads, scale, heads_per_block, n_splits,
-                                              stats, parts, out);
+    attention_mma_block<1, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES>(
+        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
+        heads_per_block, n_splits, stats, parts, out);
 }
 
 // Combines the split states of attention_mma and attention_mma_narrow: a warp per query (row,

@@ -323,7 +323,7 @@ fn mma(label: &str, width: MmaWidth, sequences: &[Sequence], block_size: usize, 
     let group = n_heads / n_kv_heads;
     let heads_per_block = group.div_ceil(group.div_ceil(WARPS));
     let chunks = group.div_ceil(heads_per_block);
-    let row_blocks = n_rows.div_ceil(16 * width.warps / heads_per_block) + sequences.len();
+    let row_blocks = n_rows.div_ceil(16 * width.warps / heads_per_block) + sequences.len() - 1;
     let n_states = n_rows * n_heads * splits;
     let mut flat = flatten(block_size, sequences);
     let mut q = DeviceBuffer::from_floats(&case.q);

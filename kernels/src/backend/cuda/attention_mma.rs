@@ -160,8 +160,9 @@ pub(super) fn launch(
     let width = loaded.width;
     let rows_per_block = width.warps * ROWS / heads_per_block;
     let filled_row_blocks = batch.n_rows().div_ceil(rows_per_block);
-    // Each sequence's rows start a row block of their own, so there are at most this many.
-    let row_blocks = filled_row_blocks + batch.n_sequences();
+    // Each sequence's rows start a row block of their own, so there are at most this many (each
+    // sequence after the first adds at most one block to those its rows fill).
+    let row_blocks = filled_row_blocks + batch.n_sequences().saturating_sub(1);
     let head_blocks = params.n_kv_heads * chunks;
     let n_queries = batch.n_rows() * params.n_heads;
     let device = &backend.device;
