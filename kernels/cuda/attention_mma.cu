@@ -43,6 +43,8 @@
 #define MMA_WIDE_MIN_SPLIT_TILES 8
 #define MMA_NARROW_STAGES 3
 #define MMA_NARROW_MIN_SPLIT_TILES 2
+// Warps of attention_mma_merge's blocks, a query each.
+#define MMA_MERGE_WARPS 8
 // Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
 // 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
 #define MMA_STRIDE (MMA_HEAD_DIM + 8)
@@ -375,12 +377,12 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE)
 // output's int8 copy, and with `out_halves` its f16 copy and row scales (1, as in attention.cu's
 // HeadOutput), which the output projection reads instead of rounding the output in a launch of
 // its own.
-extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(MMA_MERGE_WARPS *WARP_SIZE)
     attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, u32 n_heads,
                         float *out, u32 *out_q, float2 *out_scales, u16 *out_halves, float *out_half_scales) {
     wait_for_previous_kernel();
     const u32 lane = threadIdx.x % WARP_SIZE;
-    const u32 query = blockIdx.x * MMA_WIDE_WARPS + threadIdx.x / WARP_SIZE;
+    const u32 query = blockIdx.x * MMA_MERGE_WARPS + threadIdx.x / WARP_SIZE;
     if (query >= n_queries) {
         return;
     }

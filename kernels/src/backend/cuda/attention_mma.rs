@@ -35,7 +35,7 @@ const STRIDE: usize = HEAD_DIM + 8;
 const MAX_SPLITS: usize = 64;
 /// The fewest rows that take the kernel by default.
 const DEFAULT_MIN_ROWS: usize = 1;
-/// Warps in the merge's blocks (`MMA_WIDE_WARPS`), a query each.
+/// Warps in the merge's blocks (`MMA_MERGE_WARPS`), a query each.
 const MERGE_WARPS: usize = 8;
 
 /// One width of the kernel: its entry point, the warps of a block and the tiles of its ring.
