@@ -70,17 +70,24 @@ template <int THREADS>
 __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16 *k_pool, const u16 *v_pool,
                                                const KeyRange &keys, u32 first_key, bool live_tile) {
     constexpr int CHUNKS = MMA_HEAD_DIM / 8;
-    constexpr int KEY_THREADS =
-        THREADS >= CHUNKS * MMA_KEYS ? CHUNKS : (THREADS >= 2 * MMA_KEYS ? THREADS / MMA_KEYS : 2);
+    // A power of two, so that it divides CHUNKS: 8 of 256 threads, 4 of 192 (128 of them copying),
+    // 2 of 32.
+    constexpr int KEY_THREADS = THREADS >= CHUNKS * MMA_KEYS ? CHUNKS
+                                : THREADS >= 8 * MMA_KEYS    ? 8
+                                : THREADS >= 4 * MMA_KEYS    ? 4
+                                                             : 2;
     constexpr int PASS_KEYS = THREADS / KEY_THREADS;
-    static_assert(MMA_KEYS % PASS_KEYS == 0, "whole passes over the tile");
+    constexpr int PASSES = (MMA_KEYS + PASS_KEYS - 1) / PASS_KEYS;
     __half *k_tile = mma_stage(ring, stage);
     __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
     if (live_tile) {
         const u32 chunk = threadIdx.x % KEY_THREADS;
 #pragma unroll
-        for (int pass = 0; pass < MMA_KEYS / PASS_KEYS; ++pass) {
+        for (int pass = 0; pass < PASSES; ++pass) {
             const u32 key = pass * PASS_KEYS + threadIdx.x / KEY_THREADS;
+            if (MMA_KEYS % PASS_KEYS != 0 && key >= MMA_KEYS) {
+                break;
+            }
             size_t at = 0;
             const bool live = key_offset(keys, first_key + key, &at);
             // The chunks' addresses are constant offsets from these.
