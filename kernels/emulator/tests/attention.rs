@@ -395,23 +395,12 @@ fn mma(label: &str, width: MmaWidth, sequences: &[Sequence], block_size: usize, 
         ],
     );
     if splits > 1 {
-        let mut n_queries = (n_rows * n_heads as usize) as u32;
-        let shape = LaunchShape::linear(n_queries.div_ceil(WARPS as u32), 32 * WARPS as u32);
-        run(
-            "attention_mma_merge",
-            shape,
-            &mut [
-                ptr(stats_ptr),
-                ptr(parts_ptr),
-                ptr(&mut n_queries),
-                ptr(&mut n_splits),
-                ptr(&mut n_heads),
-                ptr(out_ptr),
-                ptr(oq_ptr),
-                ptr(os_ptr),
-                ptr(oh_ptr),
-                ptr(ohs_ptr),
-            ],
+        let n_queries = n_rows * n_heads as usize;
+        merge(
+            n_queries,
+            splits,
+            n_heads as usize,
+            [stats_ptr, parts_ptr, out_ptr, oq_ptr, os_ptr, oh_ptr, ohs_ptr],
         );
     }
     let label = format!("{} {label}, {splits} splits", width.kernel);
@@ -423,6 +412,29 @@ fn mma(label: &str, width: MmaWidth, sequences: &[Sequence], block_size: usize, 
         check_q8_copy(&label, &copy, &got, DECODE_TOLERANCE);
         check_f16_copy(&label, &copy, &got, n_heads as usize * 128, DECODE_TOLERANCE);
     }
+}
+
+/// Runs `attention_mma_merge` as attention_mma.rs launches it, a warp per query, over the split
+/// states at the first two addresses, into the output and its int8 and f16 copies at the rest.
+fn merge(n_queries: usize, n_splits: usize, n_heads: usize, addresses: [&mut u64; 7]) {
+    let [stats, parts, out, out_q, out_scales, out_halves, out_half_scales] = addresses;
+    let [mut n_queries, mut n_splits, mut n_heads] = [n_queries, n_splits, n_heads].map(|v| v as u32);
+    run(
+        "attention_mma_merge",
+        LaunchShape::linear(n_queries.div_ceil(WARPS as u32), 32 * WARPS as u32),
+        &mut [
+            ptr(stats),
+            ptr(parts),
+            ptr(&mut n_queries),
+            ptr(&mut n_splits),
+            ptr(&mut n_heads),
+            ptr(out),
+            ptr(out_q),
+            ptr(out_scales),
+            ptr(out_halves),
+            ptr(out_half_scales),
+        ],
+    );
 }
 
 static TREE: [u32; 6] = [TREE_ROOT, 0, 0, 1, TREE_ROOT, 4];
@@ -592,23 +604,7 @@ fn mma_merge_combines_more_splits_than_a_warp_has_lanes() {
     ]
     .map(|buffer| buffer.address());
     let [stats_ptr, parts_ptr, out_ptr, oq_ptr, os_ptr, oh_ptr, ohs_ptr] = &mut pointers;
-    let [mut queries, mut splits, mut heads] = [n_queries, n_splits, n_heads].map(|v| v as u32);
-    run(
-        "attention_mma_merge",
-        LaunchShape::linear(queries.div_ceil(WARPS as u32), 32 * WARPS as u32),
-        &mut [
-            ptr(stats_ptr),
-            ptr(parts_ptr),
-            ptr(&mut queries),
-            ptr(&mut splits),
-            ptr(&mut heads),
-            ptr(out_ptr),
-            ptr(oq_ptr),
-            ptr(os_ptr),
-            ptr(oh_ptr),
-            ptr(ohs_ptr),
-        ],
-    );
+    merge(n_queries, n_splits, n_heads, [stats_ptr, parts_ptr, out_ptr, oq_ptr, os_ptr, oh_ptr, ohs_ptr]);
     let label = format!("attention_mma_merge of {n_splits} splits");
     check(&label, &out.floats(want.len()), &want, DECODE_TOLERANCE);
     check_q8_copy(&label, &copy, &want, DECODE_TOLERANCE);
