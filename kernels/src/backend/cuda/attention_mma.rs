@@ -18,7 +18,7 @@ use cudarc::driver::{CudaViewMut, LaunchConfig};
 use super::CudaBackend;
 use super::CudaError;
 use super::attention::{heads_per_block, push_batch_args};
-use super::context::{Device, device_error, driver, grid, rows_from_env, to_u32};
+use super::context::{Device, device_error, driver, enabled_from_env, grid, rows_from_env, to_u32};
 use super::divisor::FastDivisor;
 use super::memory::{CudaKvPool, CudaTensor};
 use crate::backend::{AttentionBatch, AttentionParams, BackendError};
@@ -112,8 +112,7 @@ impl MmaAttention {
         if device.max_shared_per_block < WIDE.shared_bytes() {
             return Ok(None);
         }
-        let narrow =
-            std::env::var("CANOPY_CUDA_MMA_ATTENTION_NARROW").map_or(true, |value| value.trim() != "0");
+        let narrow = enabled_from_env("CANOPY_CUDA_MMA_ATTENTION_NARROW");
         Ok(Some(Self {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
             wide: Loaded::new(device, WIDE)?,

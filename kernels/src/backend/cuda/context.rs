@@ -89,6 +89,11 @@ pub(super) fn to_u32(op: &'static str, what: &str, value: usize) -> Result<u32, 
     u32::try_from(value).map_err(|_| BackendError::shape(op, format!("{what} = {value} exceeds u32")))
 }
 
+/// A switch from the environment, for A/B measurements: on unless `$name` is `0`.
+pub(super) fn enabled_from_env(name: &str) -> bool {
+    std::env::var(name).map_or(true, |value| value.trim() != "0")
+}
+
 /// A batch-size threshold from the environment, for tuning: `$name` when it holds a positive
 /// number, else `default`.
 pub(super) fn rows_from_env(name: &str, default: usize) -> usize {

@@ -14,11 +14,11 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, DriverError, LaunchConfig,
 };
 
-use super::context::Device;
+use super::context::{Device, enabled_from_env};
 
 /// Whether launches allow programmatic overlap: sm_90 or later, unless `CANOPY_CUDA_PDL=0`.
 pub(super) fn programmatic_launch(major: i32) -> bool {
-    major >= 9 && std::env::var("CANOPY_CUDA_PDL").map_or(true, |value| value.trim() != "0")
+    major >= 9 && enabled_from_env("CANOPY_CUDA_PDL")
 }
 
 /// One kernel launch being put together; arguments in the kernel's parameter order.

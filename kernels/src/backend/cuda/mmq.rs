@@ -19,7 +19,7 @@ use std::sync::{Mutex, PoisonError};
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-use super::context::{Device, driver, rows_from_env, to_u32};
+use super::context::{Device, driver, enabled_from_env, rows_from_env, to_u32};
 use super::matmul::Projections;
 use super::memory::{Counters, ScratchBuffer};
 use crate::backend::BackendError;
@@ -79,7 +79,7 @@ impl Mmq {
             return None;
         }
         let min_rows = rows_from_env("CANOPY_CUDA_MMQ_MIN_ROWS", DEFAULT_MIN_ROWS);
-        let halves = std::env::var("CANOPY_CUDA_MMQ_F16").map_or(true, |value| value.trim() != "0");
+        let halves = enabled_from_env("CANOPY_CUDA_MMQ_F16");
         Some(Self { min_rows, halves, scratch: Mutex::default() })
     }
 
