@@ -135,16 +135,18 @@ if has durations; then
         "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 6 --forward 0 --repetitions 1 --warmup 0
 fi
 if has mmq-profile; then
-    # Nsight Compute's throughput, occupancy and stall sections for the f16 mmq kernels of a
-    # 23-row verify forward (attn_q and the LM head's Q6_K): what limits them.
+    # Nsight Compute's throughput, occupancy and stall sections, with each stall reason's cycles
+    # per issued instruction, for the first three f16 mmq launches of a 23-row verify forward
+    # (q/k/v, attn_output, gate/up): what limits them.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     if [ -n "$ncu" ]; then
         "$ncu" --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-            -k regex:mmq_f16_q._k_24 --launch-count 3 \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+            -k regex:mmq_f16_q._k_ --launch-count 3 \
             "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 \
             --repetitions 1 --warmup 0 >"$out/mmq-profile.txt" 2>&1
-        grep -E "mmq_f16|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Registers|Grid Size|Block Limit|Warp Cycles Per Issued|Issued Warp|Stall|One or More" "$out/mmq-profile.txt" | head -60
+        grep -E "mmq_f16|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Registers|Grid Size|Block Limit|Warp Cycles Per Issued|Issued Warp|Stall|stalled|One or More" "$out/mmq-profile.txt" | head -150
     else
         echo "no ncu: skipping the mmq profile"
     fi
@@ -236,14 +238,18 @@ if has switches; then
 fi
 if has ab; then
     # The same decode and verify measurements, on an empty context and after 16384 tokens, with
-    # each of pack.sh's revisions and this build, alternating, twice, in one call on one file.
+    # each of pack.sh's revisions and this build, alternating, twice, in one call on one file; the
+    # 0.6B's decode on an empty context and after 4096 tokens too.
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
     builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
     for round in 1 2; do
         for build in $builds canopy; do
             echo "== $build (round $round)"
             "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --depths 0,16384 \
                 --forward 1,8,23,32,64 --repetitions 3 2>&1 | grep -E "tg|fwd"
+            "$bin/$build" bench "$models/q06.gguf" --backend cuda --prefill 0 --decode 128 --depths 0,4096 \
+                --forward 1 --repetitions 3 2>&1 | grep -E "tg|fwd"
         done
     done | tee "$out/ab.txt"
 fi
