@@ -180,12 +180,13 @@ if has attention-profile; then
         for skip in 36 108; do
             "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
                 --section WarpStateStats --section LaunchStats -k "regex:^attention_mma(_narrow)?\$" --launch-skip "$skip" \
+                --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
                 --launch-count 1 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
                 --prefill-chunk 16384 --depths 16384 --decode 2 --forward 23 --repetitions 1 --warmup 0 \
                 >"$out/attention-profile-$skip.txt" 2>&1
             echo "== tensor-core attention launch $((skip + 1))"
-            grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit|L1/TEX Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Dynamic Shared|Warp Cycles Per Issued|Stall|One or More|No Eligible" \
-                "$out/attention-profile-$skip.txt" | head -30
+            grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit|L1/TEX Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Dynamic Shared|Warp Cycles Per Issued|Stall|One or More|No Eligible|stalled" \
+                "$out/attention-profile-$skip.txt" | awk '!/stalled/ || $NF + 0 >= 0.1' | head -40
         done
     else
         echo "no ncu: skipping the attention profile"
