@@ -27,6 +27,8 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=c
 ldconfig -p | grep -E "libcublas\.|libnvrtc\." | head -4
 
 has() { [[ " $steps " == *" $1 "* ]]; }
+# Nsight Compute's metrics for each stall reason's cycles per issued instruction.
+stall_reasons="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 
 same_ids() {  # model prompt tokens
     local cpu cuda
@@ -142,7 +144,7 @@ if has mmq-profile; then
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
     if [ -n "$ncu" ]; then
         "$ncu" --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+            --metrics "$stall_reasons" \
             -k regex:mmq_f16_q._k_ --launch-count 3 \
             "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 \
             --repetitions 1 --warmup 0 >"$out/mmq-profile.txt" 2>&1
@@ -180,7 +182,7 @@ if has attention-profile; then
         for skip in 36 108; do
             "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
                 --section WarpStateStats --section LaunchStats -k "regex:^attention_mma(_narrow)?\$" --launch-skip "$skip" \
-                --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+                --metrics "$stall_reasons" \
                 --launch-count 1 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
                 --prefill-chunk 16384 --depths 16384 --decode 2 --forward 23 --repetitions 1 --warmup 0 \
                 >"$out/attention-profile-$skip.txt" 2>&1
