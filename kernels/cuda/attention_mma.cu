@@ -75,7 +75,8 @@ __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16
     // give 268 (H100, same call).
     constexpr int KEY_THREADS = THREADS >= 8 * MMA_KEYS ? 8 : CHUNKS;
     constexpr int PASS_KEYS = THREADS / KEY_THREADS;
-    constexpr int PASSES = (MMA_KEYS + PASS_KEYS - 1) / PASS_KEYS;
+    static_assert(MMA_KEYS % PASS_KEYS == 0, "whole passes over the tile's keys");
+    constexpr int PASSES = MMA_KEYS / PASS_KEYS;
     __half *k_tile = mma_stage(ring, stage);
     __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
     if (live_tile) {
@@ -83,9 +84,6 @@ __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16
 #pragma unroll
         for (int pass = 0; pass < PASSES; ++pass) {
             const u32 key = pass * PASS_KEYS + threadIdx.x / KEY_THREADS;
-            if (MMA_KEYS % PASS_KEYS != 0 && key >= MMA_KEYS) {
-                break;
-            }
             size_t at = 0;
             const bool live = key_offset(keys, first_key + key, &at);
             // The chunks' addresses are constant offsets from these.
