@@ -137,18 +137,20 @@ if has durations; then
         "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 6 --forward 0 --repetitions 1 --warmup 0
 fi
 if has mmq-profile; then
-    # Nsight Compute's throughput, occupancy and stall sections, with each stall reason's cycles
-    # per issued instruction, for the first three f16 mmq launches of a 23-row verify forward
-    # (q/k/v, attn_output, gate/up): what limits them.
+    # Nsight Compute's throughput, memory, occupancy and stall sections, with each stall reason's
+    # cycles per issued instruction and the L1/TEX pipe's wavefronts (global and shared), for the
+    # first three f16 mmq launches of a 23-row verify forward (q/k/v, attn_output, gate/up): what
+    # limits them.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    wavefronts="l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"
     if [ -n "$ncu" ]; then
-        "$ncu" --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-            --metrics "$stall_reasons" \
+        "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+            --section LaunchStats --metrics "$stall_reasons,$wavefronts" \
             -k regex:mmq_f16_q._k_ --launch-count 3 \
             "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 0 --forward 23 \
             --repetitions 1 --warmup 0 >"$out/mmq-profile.txt" 2>&1
-        grep -E "mmq_f16|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Registers|Grid Size|Block Limit|Warp Cycles Per Issued|Issued Warp|Stall|stalled|One or More" "$out/mmq-profile.txt" | head -150
+        grep -E "mmq_f16|Duration|Throughput|Hit Rate|l1tex|Achieved Occupancy|Theoretical Occupancy|Registers|Grid Size|Block Limit|Warp Cycles Per Issued|Issued Warp|Stall|stalled|One or More" "$out/mmq-profile.txt" | head -180
     else
         echo "no ncu: skipping the mmq profile"
     fi
