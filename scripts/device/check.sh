@@ -30,6 +30,11 @@ has() { [[ " $steps " == *" $1 "* ]]; }
 # Nsight Compute's metrics for each stall reason's cycles per issued instruction.
 stall_reasons="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 
+# The synthetic models, made at most once a call. The 8B with --fast-fit: the kernels' time does
+# not depend on the weights' values, and the searched fit costs over a minute of device time.
+need_q06() { [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null; }
+need_q8b() { [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null; }
+
 same_ids() {  # model prompt tokens
     local cpu cuda
     cpu=$("$bin/canopy" generate "$1" --prompt "$2" -n "$3" --ids --backend cpu 2>/dev/null)
@@ -49,7 +54,7 @@ if has parity; then
     fi
 fi
 if has small; then
-    "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    need_q06
     same_ids "$models/q06.gguf" "The quick brown fox" 32 | tee -a "$out/ids.txt"
     "$bin/canopy" bench "$models/q06.gguf" --backend cuda --long --repetitions 5 2>&1 | tee "$out/bench-q06.txt"
     # A/B: the same without programmatic dependent launch.
@@ -58,9 +63,7 @@ if has small; then
 fi
 if has 8b; then
     start=$(date +%s)
-    # --fast-fit: the kernels' time does not depend on the weights' values, and the searched fit
-    # costs over a minute of device time per call.
-    "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    need_q8b
     echo "synth 8b: $(( $(date +%s) - start )) s"
     same_ids "$models/q8b.gguf" "The quick brown fox" 16 | tee -a "$out/ids.txt"
     "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --long --forward 1,2,4,8,16,23,32,64 --repetitions 3 \
@@ -75,8 +78,8 @@ if has verify; then
     # Verify-sized forwards of both models with the GEMM from MIN_ROWS rows (default 4), recorded
     # graphs included, and greedy ids whose prompt prefill takes the GEMM.
     min_rows=${MIN_ROWS:-4}
-    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    need_q06
+    need_q8b
     for model in q06 q8b; do
         CANOPY_CUDA_GEMM_MIN_ROWS=$min_rows same_ids "$models/$model.gguf" "The quick brown fox jumps over" 16 | tee -a "$out/ids.txt"
         CANOPY_CUDA_GEMM_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/$model.gguf" --backend cuda --prefill 512 \
@@ -89,7 +92,7 @@ if has kernels; then
 fi
 if has serve; then
     # `canopy serve` on the GPU end to end: one worker per visible GPU, a chat completion over HTTP.
-    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    need_q06
     "$bin/canopy" serve --model "$models/q06.gguf" --listen 127.0.0.1:8123 >"$out/serve.log" 2>&1 &
     serve=$!
     for _ in $(seq 120); do grep -q "listening on" "$out/serve.log" && break; sleep 0.5; done
@@ -125,7 +128,7 @@ kernel_durations() {
         echo "no ncu: skipping the kernel durations"
         return
     fi
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    need_q8b
     "$ncu" --metrics gpu__time_duration.sum --csv "$@" >"$out/$name.csv" 2>"$out/$name.err"
     python3 scripts/device/kernel_times.py "$out/$name.csv" | tee "$out/$name.txt"
 }
@@ -142,7 +145,7 @@ if has mmq-profile; then
     # first three f16 mmq launches of a 23-row verify forward (q/k/v, attn_output, gate/up): what
     # limits them.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    need_q8b
     wavefronts="l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"
     if [ -n "$ncu" ]; then
         "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
@@ -166,7 +169,7 @@ if has verify-depth; then
     # default), which reads each key and value row once for all the rows of a block, and with the
     # split kernels of attention.cu (the tensor-core kernel from 65 rows only), which read them
     # once per row or two.
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    need_q8b
     for min_rows in 2 65; do
         echo "== CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS=$min_rows"
         CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS=$min_rows "$bin/canopy" bench "$models/q8b.gguf" --backend cuda \
@@ -179,7 +182,7 @@ if has attention-profile; then
     # prefilled in one chunk (36 launches): launch 37 is the first decode step's first layer, 109
     # the verify's. What keeps it from the read bandwidth.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    need_q8b
     if [ -n "$ncu" ]; then
         for skip in 36 108; do
             "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
@@ -200,8 +203,8 @@ if has narrow; then
     # Same-binary A/B of decode rows in narrow one-warp blocks (default) against wide ones
     # (CANOPY_CUDA_MMA_ATTENTION_NARROW=0), alternating, twice: the 8B on an empty context and
     # after 16384 tokens, the 0.6B after 4096.
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
-    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    need_q8b
+    need_q06
     for round in 1 2; do
         for narrow in 1 0; do
             echo "== CANOPY_CUDA_MMA_ATTENTION_NARROW=$narrow (round $round)"
@@ -225,7 +228,7 @@ if has switches; then
             --nocapture "$filter" >"$out/parity-switched-$filter.txt" 2>&1
         echo "$filter parity, int8 mmq: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-switched-$filter.txt"
     done
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
+    need_q8b
     for round in 1 2; do
         for f16 in 1 0; do
             echo "== CANOPY_CUDA_MMQ_F16=$f16 (round $round)"
@@ -245,8 +248,8 @@ if has ab; then
     # The same decode and verify measurements, on an empty context and after 16384 tokens, with
     # each of pack.sh's revisions and this build, alternating, twice, in one call on one file; the
     # 0.6B's decode on an empty context and after 4096 tokens too.
-    [ -f "$models/q8b.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type q4_k_m --fast-fit --out "$models/q8b.gguf" >/dev/null
-    [ -f "$models/q06.gguf" ] || "$bin/canopy" synth --arch qwen3 --shape qwen3-0.6b --type q8_0 --out "$models/q06.gguf" >/dev/null
+    need_q8b
+    need_q06
     builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
     for round in 1 2; do
         for build in $builds canopy; do
