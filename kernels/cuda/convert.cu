@@ -59,6 +59,8 @@ extern "C" __global__ void round_f16(const float *x, size_t n, u16 *out) {
 extern "C" __global__ void round_f16_rows(const float4 *x, const float2 *q_scales, u32 row_len, u16 *out,
                                           float *half_scales) {
     wait_for_previous_kernel();
+    // Its reader is an f16 verify kernel, which loads its first weights before it waits.
+    let_next_kernel_start();
     const u32 row = blockIdx.y;
     const u32 n_blocks = row_len / Q8_BLOCK;
     float d_max = 0.0f;

@@ -418,7 +418,6 @@ __device__ __forceinline__ void add_k_parts(float (&acc)[NF][4], float *exchange
 template <typename L, int NF>
 __device__ void mmq(const typename L::Input &x, const Projections &projections, u32 cols, u32 n_rows,
                     float *partials, u32 *arrivals, typename L::template Tile<8 * NF> (&tiles)[2]) {
-    wait_for_previous_kernel();
     const int NT = 8 * NF;
     const int THREADS = MMQ_THREADS * L::K_PARTS;
     const Projection projection = projection_of(projections, blockIdx.x);
@@ -440,10 +439,15 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
 
     float acc[NF][4] = {};
     typename L::Raw raw[2];
+    // The weights are no kernel's output: their first loads go out before the wait, while the
+    // kernel before this one may still run.
     if (begin < end) {
-        L::template stage<NT, THREADS>(tiles[0], x, cols, n_rows, begin);
         L::load(rows[0], cols, begin, t, raw[0]);
         L::load(rows[1], cols, begin, t, raw[1]);
+    }
+    wait_for_previous_kernel();
+    if (begin < end) {
+        L::template stage<NT, THREADS>(tiles[0], x, cols, n_rows, begin);
     }
     // Lanes whose group step is short take two steps an iteration: the next group's weights then
     // land in the registers the step after uses, instead of being copied there.

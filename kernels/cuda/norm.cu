@@ -38,7 +38,7 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
                                   float eps, float *out, u32 *q, float2 *q_scales, u16 *halves,
                                   float *half_scales) {
     wait_for_previous_kernel();
-    if (n_rows <= DECODE_ROWS) {
+    if (n_rows <= EARLY_START_ROWS) {
         let_next_kernel_start();
     }
     const NormGroup<PER_WARP> group;
@@ -146,7 +146,7 @@ __device__ void normalize_row(const float *x, const float *weight, u32 row_len, 
 // One block per row.
 extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row_len, float eps, float *out) {
     wait_for_previous_kernel();
-    if (gridDim.x <= DECODE_ROWS) {
+    if (gridDim.x <= EARLY_START_ROWS) {
         let_next_kernel_start();
     }
     const size_t offset = (size_t)blockIdx.x * row_len;
@@ -158,7 +158,7 @@ extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row
 extern "C" __global__ void add_rms_norm(float *residual, const float *delta, const float *weight, u32 row_len,
                                         float eps, float *out) {
     wait_for_previous_kernel();
-    if (gridDim.x <= DECODE_ROWS) {
+    if (gridDim.x <= EARLY_START_ROWS) {
         let_next_kernel_start();
     }
     const size_t offset = (size_t)blockIdx.x * row_len;
