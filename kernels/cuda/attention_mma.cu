@@ -387,9 +387,7 @@ extern "C" __global__ void __launch_bounds__(MMA_MERGE_WARPS *WARP_SIZE)
                         float *out, u32 *out_q, float2 *out_scales, u16 *out_halves, float *out_half_scales) {
     wait_for_previous_kernel();
     // The output projection loads its first weights before it waits.
-    if (n_queries / n_heads <= EARLY_START_ROWS) {
-        let_next_kernel_start();
-    }
+    let_next_matmul_start(n_queries / n_heads);
     const u32 lane = threadIdx.x % WARP_SIZE;
     const u32 query = blockIdx.x * MMA_MERGE_WARPS + threadIdx.x / WARP_SIZE;
     if (query >= n_queries) {

@@ -23,18 +23,26 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 // depend on this kernel while this one runs: the matmuls their first weights, attention the
 // committed keys and values. Called after the wait above, so that every kernel before this one is
 // complete by then. The norms and the merge of the tensor-core attention call it for batches of
-// up to EARLY_START_ROWS rows, which the decode matvecs and the f16 verify kernels (mmq_f16.cu)
-// multiply: on an H100 verify forwards of 8 to 32 rows got 2-3 % faster, decode 3 %. Larger
-// batches take the int8 tensor-core kernels, which on an H200 got 1 to 3 % slower when started
-// early (their blocks then hold SM slots and bandwidth that the kernel before them still uses).
-// The split attention kernels call it for decode batches (up to DECODE_ROWS rows);
-// attention_inputs calls it for every batch, since attention only fetches keys before it waits.
+// up to EARLY_START_ROWS rows (let_next_matmul_start), which the decode matvecs and the f16
+// verify kernels (mmq_f16.cu) multiply: on an H100 verify forwards of 8 to 32 rows got 2-3 %
+// faster, decode 3 %. Larger batches take the int8 tensor-core kernels, which on an H200 got 1 to
+// 3 % slower when started early (their blocks then hold SM slots and bandwidth that the kernel
+// before them still uses). The split attention kernels call it for decode batches (up to
+// DECODE_ROWS rows); attention_inputs calls it for every batch, since attention only fetches keys
+// before it waits.
 #define DECODE_ROWS 4
 #define EARLY_START_ROWS 32
 __device__ __forceinline__ void let_next_kernel_start() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// For a kernel whose output a matmul of `n_rows` input rows reads next.
+__device__ __forceinline__ void let_next_matmul_start(u32 n_rows) {
+    if (n_rows <= EARLY_START_ROWS) {
+        let_next_kernel_start();
+    }
 }
 
 // NVRTC has no <math.h>.

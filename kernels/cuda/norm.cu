@@ -38,9 +38,7 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
                                   float eps, float *out, u32 *q, float2 *q_scales, u16 *halves,
                                   float *half_scales) {
     wait_for_previous_kernel();
-    if (n_rows <= EARLY_START_ROWS) {
-        let_next_kernel_start();
-    }
+    let_next_matmul_start(n_rows);
     const NormGroup<PER_WARP> group;
     // Warp-uniform: a whole warp leaves together, before any shuffle.
     if (group.row >= n_rows) {
@@ -146,9 +144,7 @@ __device__ void normalize_row(const float *x, const float *weight, u32 row_len, 
 // One block per row.
 extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row_len, float eps, float *out) {
     wait_for_previous_kernel();
-    if (gridDim.x <= EARLY_START_ROWS) {
-        let_next_kernel_start();
-    }
+    let_next_matmul_start(gridDim.x);
     const size_t offset = (size_t)blockIdx.x * row_len;
     normalize_row(x + offset, weight, row_len, eps, out + offset);
 }
@@ -158,9 +154,7 @@ extern "C" __global__ void rms_norm(const float *x, const float *weight, u32 row
 extern "C" __global__ void add_rms_norm(float *residual, const float *delta, const float *weight, u32 row_len,
                                         float eps, float *out) {
     wait_for_previous_kernel();
-    if (gridDim.x <= EARLY_START_ROWS) {
-        let_next_kernel_start();
-    }
+    let_next_matmul_start(gridDim.x);
     const size_t offset = (size_t)blockIdx.x * row_len;
     for (u32 i = threadIdx.x; i < row_len; i += blockDim.x) {
         residual[offset + i] += delta[offset + i];
