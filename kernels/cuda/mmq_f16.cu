@@ -8,9 +8,9 @@
 // min term), for every output. Here each lane decodes its weights to f16 once per group, with
 // their scale and min applied, and mma.m16n8k16 accumulates in f32 over all of K, so there is no
 // step per sub-block and output. The decode is exact up to the rounding of each weight to f16: a
-// 4-bit field ORed into the low mantissa bits of 1024 makes the half 1024 + q, and one in bits
-// 4..7 (a high nibble left in place) the half 64 + q, whose mantissa step is 1/16; an exact
-// subtraction leaves q, and one fused multiply-add gives q s - m.
+// byte in the low mantissa bits of 1024 makes the half 1024 + b, and a high nibble left in bits
+// 4..7 under the exponent of 64 the half 64 + q', whose mantissa step is 1/16; exact subtractions
+// leave q' and the low nibble b - 16 q', and one fused multiply-add gives q s - m.
 //
 // K order: lane t takes columns 8t..8t+7 of every 32-column sub-block; step e (0, 1) of the
 // sub-block multiplies its columns 8t + 4e..+3, the first two as A's and B's k pair 2t, 2t + 1,
@@ -118,20 +118,26 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {
         const __half2 low_base = half2_of(0x64006400u), high_base = half2_of(0x54005400u);
+        const __half2 minus_sixteen = half2_of(0xcc00cc00u);
+        // The four lanes of a quarter warp hold the same two rows: lane t decodes the scales and
+        // mins of row t / 2 (g, g + 8) and pair t % 2 of the part, (sc, sc') and (m, m') of
+        // sub-blocks 2p and 2p + 1 as halves 1024 + v, then times d and -dmin (one rounding
+        // each), and the lanes exchange them.
+        const uint4 head = t >= 2 ? raw[1].head : raw[0].head;
+        u32 own_scales, own_mins;
+        k_quant_pair(head, PART_PAIRS * k_part() + t % 2, own_scales, own_mins);
+        const __half2 own_sc = __hsub2(half2_of(__byte_perm(own_scales, 0x64, 0x4140)), low_base);
+        const __half2 own_mn = __hsub2(half2_of(__byte_perm(own_mins, 0x64, 0x4140)), low_base);
+        const u32 own_scale = bits_of(__hmul2(own_sc, low_pair(head.x)));
+        const u32 own_neg_min = bits_of(__hmul2(own_mn, high_pair(head.x ^ 0x80000000u)));
 #pragma unroll
         for (int i = 0; i < PART_PAIRS; ++i) {
             const int p = PART_PAIRS * k_part() + i;
             u32 low[2][2][2], high[2][2][2];  // [e][r][k]
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                // (sc, sc') and (m, m') of sub-blocks 2p and 2p + 1 as halves 1024 + v, then times
-                // d and -dmin: one rounding each.
-                u32 scales, mins;
-                k_quant_pair(raw[r].head, p, scales, mins);
-                const __half2 sc = __hsub2(half2_of(__byte_perm(scales, 0x64, 0x4140)), low_base);
-                const __half2 mn = __hsub2(half2_of(__byte_perm(mins, 0x64, 0x4140)), low_base);
-                const __half2 scale = __hmul2(sc, low_pair(raw[r].head.x));
-                const __half2 neg_min = __hmul2(mn, high_pair(raw[r].head.x ^ 0x80000000u));
+                const __half2 scale = half2_of(__shfl_sync(FULL_MASK, own_scale, 2 * r + i, 4));
+                const __half2 neg_min = half2_of(__shfl_sync(FULL_MASK, own_neg_min, 2 * r + i, 4));
                 const __half2 scale_low = __low2half2(scale), scale_high = __high2half2(scale);
                 const __half2 min_low = __low2half2(neg_min), min_high = __high2half2(neg_min);
 #pragma unroll
@@ -139,10 +145,13 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
                     const u32 word = e ? raw[r].qs[i].y : raw[r].qs[i].x;
 #pragma unroll
                     for (int k = 0; k < 2; ++k) {
-                        // Bytes 2k and 2k + 1 of the word in the low bytes of the two halves.
-                        const u32 spread = __byte_perm(word, 0, k ? 0x4342 : 0x4140);
-                        const __half2 q_low = __hsub2(half2_of(masked_or(spread, 0x000f000fu, 0x64006400u)), low_base);
-                        const __half2 q_high = __hsub2(half2_of(masked_or(spread, 0x00f000f0u, 0x54005400u)), high_base);
+                        // Bytes 2k and 2k + 1 of the word as halves 1024 + byte, and their high
+                        // nibbles as 64 + q'; the low nibble q is then (1024 + byte) - 16 (64 + q'),
+                        // exact in one fused multiply-add.
+                        const u32 bytes = __byte_perm(word, 0x64, k ? 0x4342 : 0x4140);
+                        const __half2 high_biased = half2_of(masked_or(bytes, 0x00f000f0u, 0x54005400u));
+                        const __half2 q_low = __hfma2(high_biased, minus_sixteen, half2_of(bytes));
+                        const __half2 q_high = __hsub2(high_biased, high_base);
                         low[e][r][k] = bits_of(__hfma2(q_low, scale_low, min_low));
                         high[e][r][k] = bits_of(__hfma2(q_high, scale_high, min_high));
                     }
@@ -178,15 +187,23 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {
         // 1024 + 32: the 6-bit q sits in the mantissa of 1024, and q - 32 is the weight's multiple.
         const __half2 base = half2_of(0x64206420u);
-        const int scale_shift = 8 * (t / 2);
+        // The lane's scales of sub-blocks j and j + 1 (even j) are bytes t / 2 and 2 + t / 2 of a
+        // word: as unsigned bytes (the sign bit flipped, s + 128) into halves 1024 + s + 128, less
+        // 1152, times d: d * s rounded once, as with floats.
+        const u32 scale_selector = 0x4240u + 0x0101u * (t / 2);
+        __half2 scales[2];  // [r]: sub-block j in the low half, j + 1 in the high one (j even)
 #pragma unroll
         for (int j = 0; j < PART_SUBS; ++j) {
             u32 w[2][2][2];  // [e][r][k]
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const u32 scale_word = j / 2 ? raw[r].scales.y : raw[r].scales.x;
-                const int scale = (int)(signed char)(scale_word >> (scale_shift + 16 * (j % 2)));
-                const __half2 d = __float2half2_rn(f16_bits_to_f32(raw[r].d) * (float)scale);
+                if (j % 2 == 0) {
+                    const __half2 d = half2_of(__byte_perm(raw[r].d, 0, 0x1010));
+                    const u32 signed_bytes = j / 2 ? raw[r].scales.y : raw[r].scales.x;
+                    const u32 biased = __byte_perm(signed_bytes ^ 0x80808080u, 0x64, scale_selector);
+                    scales[r] = __hmul2(__hsub2(half2_of(biased), half2_of(0x64806480u)), d);
+                }
+                const __half2 d = j % 2 ? __high2half2(scales[r]) : __low2half2(scales[r]);
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const u32 ql = e ? raw[r].ql[j % 2].y : raw[r].ql[j % 2].x;
