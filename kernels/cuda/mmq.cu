@@ -122,6 +122,8 @@ template <int STRIDE> struct Int8Activations {
     template <int NT> using Tile = MmqTile<NT, STRIDE>;
     // Sets of MMQ_WARPS warps that share each group's sub-blocks (see mmq below).
     static const int K_PARTS = 1;
+    // The one set of warps stages every column.
+    __device__ static void sync() { __syncthreads(); }
     // What input row n's sums are multiplied by: the int8 copy is not scaled by rows.
     __device__ static float row_scale(const Input &, u32) { return 1.0f; }
 
@@ -454,10 +456,11 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
 #pragma unroll(L::GROUP_UNROLL)
     for (u32 group = begin; group < end; ++group) {
         const int current = (group - begin) % 2;
-        // The current group's activations have arrived for every thread, and every warp is done
-        // with the other buffer, which the next group's copies overwrite.
+        // The current group's activations have arrived for every thread, and every warp that
+        // reads the other buffer is done with it, as the next group's copies overwrite it
+        // (L::sync: the block, or the K part that stages and reads the same columns).
         copy_async_wait();
-        __syncthreads();
+        L::sync();
         if (group + 1 < end) {
             L::template stage<NT, THREADS>(tiles[current ^ 1], x, cols, n_rows, group + 1);
         }

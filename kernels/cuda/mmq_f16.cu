@@ -44,21 +44,33 @@ struct HalfActivations {
 
     __device__ static float row_scale(const Input &in, u32 n) { return in.scales[n]; }
 
-    // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros. A
-    // thread copies the same 16-byte chunk of every row it takes, in a fixed number of passes.
+    // Starts copying the activations of `group` that this thread's K part reads into `tile`;
+    // rows past n_rows become zeros. A thread copies the same 16-byte chunk of every row it
+    // takes, in a fixed number of passes.
     template <int NT, int THREADS>
     __device__ static void stage(Tile<NT> &tile, const Input &in, u32 cols, u32 n_rows, u32 group) {
-        const int chunks_per_row = MMQ_GROUP_COLS / 8;
-        const int rows_per_pass = THREADS / chunks_per_row;
+        const int part_cols = MMQ_GROUP_COLS / K_PARTS;
+        const int chunks_per_row = part_cols / 8;
+        const int rows_per_pass = MMQ_THREADS / chunks_per_row;
         static_assert(NT % rows_per_pass == 0, "whole passes");
-        const int chunk = threadIdx.x % chunks_per_row;
-        const u16 *src = in.x + group * MMQ_GROUP_COLS + 8 * chunk;
+        const int part_thread = threadIdx.x % MMQ_THREADS;
+        const int col = part_cols * k_part() + 8 * (part_thread % chunks_per_row);
+        const u16 *src = in.x + group * MMQ_GROUP_COLS + col;
 #pragma unroll
         for (int pass = 0; pass < NT / rows_per_pass; ++pass) {
-            const u32 n = pass * rows_per_pass + threadIdx.x / chunks_per_row;
+            const u32 n = pass * rows_per_pass + part_thread / chunks_per_row;
             const bool live = n < n_rows;
-            copy_async_16(&tile.x[n][8 * chunk], src + (size_t)(live ? n : 0) * cols, live);
+            copy_async_16(&tile.x[n][col], src + (size_t)(live ? n : 0) * cols, live);
         }
+    }
+
+    // Each K part stages and reads its own columns, so its four warps wait only for each other.
+    __device__ static void sync() {
+#if __CUDA_ARCH__ >= 700
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + k_part()), "n"(MMQ_THREADS) : "memory");
+#else
+        __syncthreads();
+#endif
     }
 };
 
@@ -223,9 +235,10 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
 
 // Blocks of both K parts. Up to 24 input rows, three blocks an SM (85 registers; ptxas takes 80
 // with a few spilled bytes): on an H100 fwd23 was 4 % faster than with the two blocks an SM of
-// the mmq.cu kernels' register bound (128), and 3-5 % faster than before the K parts.
+// the mmq.cu kernels' register bound (128), and 3-5 % faster than before the K parts. At 32 rows
+// two blocks an SM: unbounded, ptxas took 129 registers, one block an SM, and fwd32 8 % longer.
 #define MMQ_F16_THREADS (MMQ_THREADS * HalfActivations::K_PARTS)
-#define MMQ_F16_MIN_BLOCKS(NF) ((NF) <= 3 ? 3 : 1)
+#define MMQ_F16_MIN_BLOCKS(NF) ((NF) <= 3 ? 3 : 2)
 
 #define MMQ_F16_KERNEL(SUFFIX, FMT, NF, NT)                                                                     \
     extern "C" __global__ void __launch_bounds__(MMQ_F16_THREADS, MMQ_F16_MIN_BLOCKS(NF))                      \
