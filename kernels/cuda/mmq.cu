@@ -128,10 +128,10 @@ template <int STRIDE> struct Int8Activations {
     __device__ static float row_scale(const Input &, u32) { return 1.0f; }
 
     // Starts copying the activations of `group` into `tile`; rows past n_rows become zeros.
-    template <int NT, int THREADS>
+    template <int NT>
     __device__ static void stage(Tile<NT> &tile, const Input &x, u32 cols, u32 n_rows, u32 group) {
         const int chunks_per_row = MMQ_GROUP_COLS / 16;
-        for (int i = threadIdx.x; i < NT * chunks_per_row; i += THREADS) {
+        for (int i = threadIdx.x; i < NT * chunks_per_row; i += MMQ_THREADS) {
             const u32 n = i / chunks_per_row;
             const int chunk = i % chunks_per_row;
             const bool live = n < n_rows;
@@ -139,7 +139,7 @@ template <int STRIDE> struct Int8Activations {
             copy_async_16(&tile.q[n][16 * chunk], src, live);
         }
         const u32 blocks_per_row = cols / Q8_BLOCK;
-        for (int i = threadIdx.x; i < NT * MMQ_SUBS; i += THREADS) {
+        for (int i = threadIdx.x; i < NT * MMQ_SUBS; i += MMQ_THREADS) {
             const u32 n = i / MMQ_SUBS;
             const int s = i % MMQ_SUBS;
             const bool live = n < n_rows;
@@ -449,7 +449,7 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     }
     wait_for_previous_kernel();
     if (begin < end) {
-        L::template stage<NT, THREADS>(tiles[0], x, cols, n_rows, begin);
+        L::template stage<NT>(tiles[0], x, cols, n_rows, begin);
     }
     // Lanes whose group step is short take two steps an iteration: the next group's weights then
     // land in the registers the step after uses, instead of being copied there.
@@ -462,7 +462,7 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
         copy_async_wait();
         L::sync();
         if (group + 1 < end) {
-            L::template stage<NT, THREADS>(tiles[current ^ 1], x, cols, n_rows, group + 1);
+            L::template stage<NT>(tiles[current ^ 1], x, cols, n_rows, group + 1);
         }
         // The last group loads itself again rather than branch: the copies below stay unconditional.
         const u32 upcoming = min(group + 1, end - 1);

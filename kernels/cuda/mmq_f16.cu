@@ -47,7 +47,7 @@ struct HalfActivations {
     // Starts copying the activations of `group` that this thread's K part reads into `tile`;
     // rows past n_rows become zeros. A thread copies the same 16-byte chunk of every row it
     // takes, in a fixed number of passes.
-    template <int NT, int THREADS>
+    template <int NT>
     __device__ static void stage(Tile<NT> &tile, const Input &in, u32 cols, u32 n_rows, u32 group) {
         const int part_cols = MMQ_GROUP_COLS / K_PARTS;
         const int chunks_per_row = part_cols / 8;
