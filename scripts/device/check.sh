@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile] [narrow]
+#        [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile] [narrow] [skip]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -214,6 +214,23 @@ if has narrow; then
                 --prefill 0 --decode 128 --depths 0,4096 --forward 1 --repetitions 3 2>&1 | grep -E "tg|fwd"
         done
     done | tee "$out/narrow.txt"
+fi
+if has skip; then
+    # What each kernel family costs inside the replayed step (Nsight Systems is not on the device,
+    # and Nsight Compute runs each launch alone): the 8B's fwd1, fwd8 and fwd23 with the family's
+    # launches dropped (CANOPY_CUDA_SKIP_KERNELS, name prefixes; the outputs are then wrong)
+    # against nothing dropped, two rounds. The q/k/v line is the mixed Q4_K + Q6_K launch.
+    need_q8b
+    families="none attention_mma attention_inputs add_rms_norm,rms_norm swiglu round_f16_rows \
+        matvec_q8_decode_q4_k_q6_k,mmq_f16_q4_k_q6_k \
+        attention_mma,attention_inputs,add_rms_norm,rms_norm,swiglu,round_f16_rows matvec_q8,mmq_f16"
+    for round in 1 2; do
+        for skipped in $families; do
+            echo "== skipped: $skipped (round $round)"
+            CANOPY_CUDA_SKIP_KERNELS=${skipped#none} "$bin/canopy" bench "$models/q8b.gguf" --backend cuda \
+                --prefill 0 --decode 0 --forward 1,8,23 --repetitions 3 2>&1 | grep -E "^\| .*fwd"
+        done
+    done | tee "$out/skip.txt"
 fi
 if has bf16; then
     "$bin/canopy" synth --arch qwen3 --shape qwen3-8b --type bf16 --out "$models/b8b.gguf" >/dev/null

@@ -26,6 +26,8 @@ pub(super) struct Device {
     pub max_shared_per_block: usize,
     /// Whether kernels launch with programmatic dependent launch (launch.rs).
     pub programmatic_launch: bool,
+    /// Name prefixes of the kernels whose launches are dropped (a diagnostic, launch.rs).
+    skipped_kernels: Vec<String>,
 }
 
 impl Device {
@@ -60,12 +62,16 @@ impl Device {
             sm_count: usize::try_from(sm_count).unwrap_or(1).max(1),
             max_shared_per_block: usize::try_from(max_shared_per_block).unwrap_or(0),
             programmatic_launch: launch::programmatic_launch(major),
+            skipped_kernels: launch::skipped_kernels(
+                std::env::var("CANOPY_CUDA_SKIP_KERNELS").ok().as_deref(),
+            ),
         })
     }
 
     /// A launch of kernel `name` on the device's stream.
     pub fn launch(&self, op: &'static str, name: &'static str) -> Result<Launch<'_>, BackendError> {
-        Ok(Launch::new(self, self.function(op, name)?))
+        let skipped = self.skipped_kernels.iter().any(|prefix| name.starts_with(prefix.as_str()));
+        Ok(Launch::new(self, self.function(op, name)?, skipped))
     }
 
     /// The loaded kernel `name`.

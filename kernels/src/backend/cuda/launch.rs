@@ -5,6 +5,11 @@
 //! of the step. Every kernel begins with `wait_for_previous_kernel()` (common.cuh), which returns
 //! once the previous kernel has finished and its writes are visible, so the order of memory
 //! effects is that of plain launches. `CANOPY_CUDA_PDL=0` turns it off.
+//!
+//! `CANOPY_CUDA_SKIP_KERNELS` (comma-separated kernel-name prefixes) drops the launches of the
+//! kernels it names, a diagnostic whose results are wrong: a step's time with and without a kernel
+//! family is what that family costs inside the replayed graph, overlap and gaps included, which
+//! per-kernel profiles (each launch alone, at base clocks) do not show.
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -21,6 +26,17 @@ pub(super) fn programmatic_launch(major: i32) -> bool {
     major >= 9 && enabled_from_env("CANOPY_CUDA_PDL")
 }
 
+/// The kernel-name prefixes of `CANOPY_CUDA_SKIP_KERNELS`, empty entries left out.
+pub(super) fn skipped_kernels(value: Option<&str>) -> Vec<String> {
+    value
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|prefix| !prefix.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// One kernel launch being put together; arguments in the kernel's parameter order.
 pub(super) struct Launch<'a> {
     device: &'a Device,
@@ -31,6 +47,8 @@ pub(super) struct Launch<'a> {
     args: Vec<Arg>,
     /// The arguments' borrows last as long as the launch.
     borrows: PhantomData<&'a mut ()>,
+    /// Dropped on submission (`CANOPY_CUDA_SKIP_KERNELS`).
+    skipped: bool,
 }
 
 enum Arg {
@@ -46,8 +64,8 @@ pub(super) trait KernelArg<'a> {
 }
 
 impl<'a> Launch<'a> {
-    pub fn new(device: &'a Device, function: &'a CudaFunction) -> Self {
-        Self { device, function, addresses: Vec::new(), args: Vec::new(), borrows: PhantomData }
+    pub fn new(device: &'a Device, function: &'a CudaFunction, skipped: bool) -> Self {
+        Self { device, function, addresses: Vec::new(), args: Vec::new(), borrows: PhantomData, skipped }
     }
 
     pub fn arg(&mut self, arg: impl KernelArg<'a>) -> &mut Self {
@@ -72,6 +90,9 @@ impl<'a> Launch<'a> {
     /// The arguments must match the kernel's parameters in number, order and type, and the
     /// kernel must stay within the buffers it is given.
     pub unsafe fn launch(mut self, config: LaunchConfig) -> Result<(), DriverError> {
+        if self.skipped {
+            return Ok(());
+        }
         // SAFETY: a zeroed attribute is valid plain data; the union member set is the one the id
         // names.
         let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -159,3 +180,15 @@ macro_rules! value_args {
 }
 
 value_args!(u32, u64, f32);
+
+#[cfg(test)]
+mod tests {
+    use super::skipped_kernels;
+
+    #[test]
+    fn skipped_kernels_are_trimmed_nonempty_prefixes() {
+        assert_eq!(skipped_kernels(Some(" attention_mma, ,rms_norm,")), ["attention_mma", "rms_norm"]);
+        assert!(skipped_kernels(Some(" , ")).is_empty());
+        assert!(skipped_kernels(None).is_empty());
+    }
+}
