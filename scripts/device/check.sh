@@ -219,9 +219,10 @@ if has skip; then
     # What each kernel family costs inside the replayed step (Nsight Systems is not on the device,
     # and Nsight Compute runs each launch alone): the 8B's fwd1, fwd8 and fwd23 with the family's
     # launches dropped (CANOPY_CUDA_SKIP_KERNELS, name prefixes; the outputs are then wrong)
-    # against nothing dropped, two rounds. The q/k/v line is the mixed Q4_K + Q6_K launch.
+    # against nothing dropped, two rounds. `attention_mma` drops the merge too; the q/k/v line is
+    # the mixed Q4_K + Q6_K launch.
     need_q8b
-    families="none attention_mma attention_inputs add_rms_norm,rms_norm swiglu round_f16_rows \
+    families="none attention_mma_merge attention_mma attention_inputs add_rms_norm,rms_norm swiglu round_f16_rows \
         matvec_q8_decode_q4_k_q6_k,mmq_f16_q4_k_q6_k \
         attention_mma,attention_inputs,add_rms_norm,rms_norm,swiglu,round_f16_rows matvec_q8,mmq_f16"
     for round in 1 2; do
