@@ -74,6 +74,11 @@ impl Device {
         Ok(Launch::new(self, self.function(op, name)?, skipped))
     }
 
+    /// The kernel-name prefixes whose launches are dropped (`CANOPY_CUDA_SKIP_KERNELS`).
+    pub fn skipped_kernels(&self) -> &[String] {
+        &self.skipped_kernels
+    }
+
     /// The loaded kernel `name`.
     pub fn function(&self, op: &'static str, name: &'static str) -> Result<&CudaFunction, BackendError> {
         self.functions.get(name).ok_or_else(|| device_error(op, CudaError::MissingKernel(name)))
