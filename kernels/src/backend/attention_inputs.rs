@@ -1,6 +1,6 @@
 //! The operands of [`Backend::attention_inputs`](super::Backend::attention_inputs).
 
-use super::{Backend, BackendError, RopeParams};
+use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
 
 /// What a layer's attention inputs are made from: the projections of `n_rows` new tokens
 /// (`q_raw` is `[n_rows, q_rope.n_heads, head_dim]`; `k_raw` and `v` are
@@ -93,4 +93,21 @@ pub(crate) fn projections_then_inputs<B: Backend>(
         &mut [(q_weight, &mut *q_raw), (k_weight, &mut *k_raw), (v_weight, &mut *v)],
     )?;
     backend.attention_inputs(&AttentionInputs { q_raw, k_raw, v, heads: *heads }, targets)
+}
+
+/// [`Backend::project_and_attend`](super::Backend::project_and_attend) as
+/// `project_attention_inputs`, then `attention`.
+pub(crate) fn project_then_attend<B: Backend>(
+    backend: &B,
+    projections: AttentionProjections<'_, B>,
+    heads: &HeadParams<'_, B>,
+    targets: AttentionTargets<'_, B>,
+    batch: &AttentionBatch<B>,
+    params: &AttentionParams,
+    out: &mut B::Tensor,
+) -> Result<(), BackendError> {
+    let AttentionTargets { q, k, k_pool, v_pool } = targets;
+    let targets = AttentionTargets { q: &mut *q, k, k_pool: &mut *k_pool, v_pool: &mut *v_pool };
+    backend.project_attention_inputs(projections, heads, targets)?;
+    backend.attention(q, k_pool, v_pool, batch, params, out)
 }

@@ -33,6 +33,7 @@ mod attention;
 #[path = "../common/mod.rs"]
 mod common;
 mod matmul;
+mod project_and_attend;
 
 use std::sync::OnceLock;
 

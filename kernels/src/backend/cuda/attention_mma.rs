@@ -6,6 +6,11 @@
 //! batch is only a few such blocks, so each block's keys are also split across blocks
 //! ([`splits`]), whose softmax states `attention_mma_merge` combines.
 //!
+//! Decode rows can also come straight from their q/k/v projections ([`Queries::Projected`]):
+//! `attention_mma_decode`, a narrow block that normalises and rotates its own queries and makes
+//! and stores its row's new key and value, so that no attention-inputs launch sits between the
+//! projections and the attention (`CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=0` turns it off).
+//!
 //! As in attention.rs, everything a launch decides depends on the shape alone, never on the
 //! context length, so a recorded verify step stays valid at every length.
 
@@ -17,11 +22,11 @@ use cudarc::driver::{CudaViewMut, LaunchConfig};
 
 use super::CudaBackend;
 use super::CudaError;
-use super::attention::{heads_per_block, push_batch_args};
+use super::attention::{heads_per_block, push_batch_args, push_sequence_args};
 use super::context::{Device, device_error, driver, enabled_from_env, grid, rows_from_env, to_u32};
 use super::divisor::FastDivisor;
 use super::memory::{CudaKvPool, CudaTensor};
-use crate::backend::{AttentionBatch, AttentionParams, BackendError};
+use crate::backend::{AttentionBatch, AttentionInputs, AttentionParams, BackendError, HeadParams, RopeStyle};
 
 /// The only head size of the kernel (`MMA_HEAD_DIM`).
 const HEAD_DIM: usize = 128;
@@ -99,6 +104,9 @@ pub(super) struct MmaAttention {
     wide: Loaded,
     /// Absent with `CANOPY_CUDA_MMA_ATTENTION_NARROW=0`: every batch then takes wide blocks.
     narrow: Option<Loaded>,
+    /// Whether decode rows may take `attention_mma_decode`:
+    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS`, on by default.
+    from_projections: bool,
 }
 
 impl MmaAttention {
@@ -117,12 +125,40 @@ impl MmaAttention {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
             wide: Loaded::new(device, WIDE)?,
             narrow: if narrow { Some(Loaded::new(device, NARROW)?) } else { None },
+            from_projections: enabled_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS"),
         }))
     }
 
     /// Whether the kernel takes a batch of `n_rows` rows with heads of `params`.
     pub fn takes(&self, params: &AttentionParams, n_rows: usize) -> bool {
         params.head_dim == HEAD_DIM && n_rows >= self.min_rows
+    }
+
+    /// Whether `attention_mma_decode` takes a batch with these heads: one new row a sequence in
+    /// narrow blocks, heads of 128 rotated NeoX-style over the whole head.
+    pub fn decodes_from_projections(
+        &self,
+        heads: &HeadParams<'_, super::CudaBackend>,
+        batch: &AttentionBatch<super::CudaBackend>,
+        params: &AttentionParams,
+    ) -> bool {
+        let rope = heads.q_rope;
+        self.from_projections
+            && self.takes(params, batch.n_rows())
+            && batch.max_new() == 1
+            && heads.n_rows == batch.n_rows()
+            && rope.style == RopeStyle::Neox
+            && rope.rotary_dim == HEAD_DIM
+            && rope.head_dim == HEAD_DIM
+            && (rope.n_heads, heads.k_rope.n_heads) == (params.n_heads, params.n_kv_heads)
+            && self
+                .width(
+                    batch.n_rows(),
+                    batch.n_sequences(),
+                    heads_per_block(params.n_heads / params.n_kv_heads.max(1)),
+                )
+                .width
+                == NARROW
     }
 
     /// The width for a batch of `n_rows` rows in `n_sequences` sequences, `heads_per_block` query
@@ -135,14 +171,26 @@ impl MmaAttention {
     }
 }
 
+/// What the kernel's queries come from.
+pub(super) enum Queries<'a> {
+    /// Queries made already, with the pools that hold every key the batch reads.
+    Made { q: &'a CudaTensor, k_pool: &'a CudaKvPool, v_pool: &'a CudaKvPool },
+    /// Decode rows' projections and head parameters ([`MmaAttention::decodes_from_projections`]),
+    /// with the pools that take their keys and values, which hold `pool_rows` rows.
+    Projected {
+        inputs: AttentionInputs<'a, CudaBackend>,
+        k_pool: &'a mut CudaKvPool,
+        v_pool: &'a mut CudaKvPool,
+        pool_rows: u32,
+    },
+}
+
 /// Launches the kernel, and the merge when it splits, with the split states in `states`; the
-/// caller has checked the shapes and [`MmaAttention::takes`].
-#[allow(clippy::too_many_arguments)]
+/// caller has checked the shapes and [`MmaAttention::takes`] (or, for projected queries,
+/// [`MmaAttention::decodes_from_projections`]).
 pub(super) fn launch(
     backend: &CudaBackend,
-    q: &CudaTensor,
-    k_pool: &CudaKvPool,
-    v_pool: &CudaKvPool,
+    queries: Queries<'_>,
     batch: &AttentionBatch<CudaBackend>,
     params: &AttentionParams,
     states: &mut CudaViewMut<'_, f32>,
@@ -186,8 +234,23 @@ pub(super) fn launch(
     let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
-    let mut launch = device.launch(OP, width.kernel)?;
-    push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
+    let kernel = match &queries {
+        Queries::Made { .. } => width.kernel,
+        Queries::Projected { .. } if width == NARROW => "attention_mma_decode",
+        Queries::Projected { .. } => return Err(device_error(OP, "projected queries need narrow blocks")),
+    };
+    let mut launch = device.launch(OP, kernel)?;
+    let projected = match queries {
+        Queries::Made { q, k_pool, v_pool } => {
+            push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
+            None
+        }
+        Queries::Projected { inputs, k_pool, v_pool, pool_rows } => {
+            launch.arg(&inputs.q_raw.buf).arg(&mut k_pool.buf).arg(&mut v_pool.buf);
+            push_sequence_args(&mut launch, batch, &n_sequences, &block_size);
+            Some((inputs, pool_rows))
+        }
+    };
     launch
         .arg(&n_heads)
         .arg(&n_kv_heads)
@@ -197,11 +260,26 @@ pub(super) fn launch(
         .arg(&mut stats)
         .arg(&mut parts)
         .arg(&mut out.buf);
+    if let Some((inputs, pool_rows)) = &projected {
+        let heads = &inputs.heads;
+        launch
+            .arg(&inputs.k_raw.buf)
+            .arg(&inputs.v.buf)
+            .arg(&heads.q_norm.buf)
+            .arg(&heads.k_norm.buf)
+            .arg(&heads.eps)
+            .arg(&heads.positions.buf)
+            .arg(&heads.slots.buf)
+            .arg(pool_rows)
+            .arg(&heads.q_rope.theta);
+    }
     // SAFETY: the caller's shape check sizes `q`, `out` and both pools against the batch, whose
     // arrays come from a validated layout; the kernel reads only keys below each row's end, which
     // lie inside its sequence's block table, and writes only rows of the batch; `splits` keeps
     // the n_queries x splits states (two floats in `stats`, HEAD_DIM in `parts` each) within
-    // `states`.
+    // `states`. Projected queries come with their operands checked as attention_inputs checks
+    // them (norm weights of a head, a position and a slot a row), and the kernel stores keys and
+    // values only at slots below `pool_rows`.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if splits == 1 {
         return Ok(());
@@ -263,6 +341,7 @@ mod tests {
             min_rows: 2,
             wide: Loaded { width: WIDE, blocks_per_sm: 1 },
             narrow: narrow.then_some(Loaded { width: NARROW, blocks_per_sm: 4 }),
+            from_projections: true,
         }
     }
 
