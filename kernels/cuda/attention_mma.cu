@@ -128,7 +128,9 @@ struct ProjectedHeads {
 // so that each rotation pair stays in one lane.
 #define PROJECTED_DIMS 4
 
-__device__ __forceinline__ u32 projected_dim(u32 lane, int i) { return 2 * lane + (i % 2) + (i / 2) * (MMA_HEAD_DIM / 2); }
+__device__ __forceinline__ u32 projected_dim(u32 lane, int i) {
+    return 2 * lane + (i % 2) + (i / 2) * (MMA_HEAD_DIM / 2);
+}
 
 // The cosines and sines of the lane's two rotation pairs at `position`, as attention_inputs.cu's
 // `rotated` computes them.
