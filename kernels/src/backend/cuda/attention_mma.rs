@@ -9,7 +9,8 @@
 //! Decode rows can also come straight from their q/k/v projections ([`Queries::Projected`]):
 //! `attention_mma_decode`, a narrow block that normalises and rotates its own queries and makes
 //! and stores its row's new key and value, so that no attention-inputs launch sits between the
-//! projections and the attention (`CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=0` turns it off).
+//! projections and the attention. It passes its parity tests in the CPU emulator but has not yet
+//! run on a device, so it is off unless `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1`.
 //!
 //! As in attention.rs, everything a launch decides depends on the shape alone, never on the
 //! context length, so a recorded verify step stays valid at every length.
@@ -23,7 +24,9 @@ use cudarc::driver::{CudaViewMut, LaunchConfig};
 use super::CudaBackend;
 use super::CudaError;
 use super::attention::{heads_per_block, push_batch_args, push_sequence_args};
-use super::context::{Device, device_error, driver, enabled_from_env, grid, rows_from_env, to_u32};
+use super::context::{
+    Device, device_error, driver, enabled_from_env, grid, opted_in_from_env, rows_from_env, to_u32,
+};
 use super::divisor::FastDivisor;
 use super::memory::{CudaKvPool, CudaTensor};
 use crate::backend::{AttentionBatch, AttentionInputs, AttentionParams, BackendError, HeadParams, RopeStyle};
@@ -105,7 +108,7 @@ pub(super) struct MmaAttention {
     /// Absent with `CANOPY_CUDA_MMA_ATTENTION_NARROW=0`: every batch then takes wide blocks.
     narrow: Option<Loaded>,
     /// Whether decode rows may take `attention_mma_decode`:
-    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS`, on by default.
+    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1`, off by default.
     from_projections: bool,
 }
 
@@ -125,7 +128,7 @@ impl MmaAttention {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
             wide: Loaded::new(device, WIDE)?,
             narrow: if narrow { Some(Loaded::new(device, NARROW)?) } else { None },
-            from_projections: enabled_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS"),
+            from_projections: opted_in_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS"),
         }))
     }
 
