@@ -85,14 +85,24 @@ pub(crate) fn projections_then_inputs<B: Backend>(
     heads: &HeadParams<'_, B>,
     targets: AttentionTargets<'_, B>,
 ) -> Result<(), BackendError> {
+    let [q_raw, k_raw, v] = project(backend, projections, heads.n_rows)?;
+    backend.attention_inputs(&AttentionInputs { q_raw, k_raw, v, heads: *heads }, targets)
+}
+
+/// The projections' matmuls of `n_rows` rows; returns their outputs, q, k and v.
+pub(crate) fn project<'a, B: Backend>(
+    backend: &B,
+    projections: AttentionProjections<'a, B>,
+    n_rows: usize,
+) -> Result<[&'a B::Tensor; 3], BackendError> {
     let AttentionProjections { x, q: (q_weight, q_raw), k: (k_weight, k_raw), v: (v_weight, v) } =
         projections;
     backend.matmuls(
         x,
-        heads.n_rows,
+        n_rows,
         &mut [(q_weight, &mut *q_raw), (k_weight, &mut *k_raw), (v_weight, &mut *v)],
     )?;
-    backend.attention_inputs(&AttentionInputs { q_raw, k_raw, v, heads: *heads }, targets)
+    Ok([q_raw, k_raw, v])
 }
 
 /// [`Backend::project_and_attend`](super::Backend::project_and_attend) as

@@ -10,8 +10,8 @@ use super::attention_mma::Queries;
 use super::context::to_u32;
 use super::memory::CudaTensor;
 use crate::backend::{
-    AttentionBatch, AttentionInputs, AttentionParams, AttentionProjections, AttentionTargets, Backend,
-    BackendError, HeadParams, attention_inputs, shape,
+    AttentionBatch, AttentionInputs, AttentionParams, AttentionProjections, AttentionTargets, BackendError,
+    HeadParams, attention_inputs, shape,
 };
 
 pub(super) fn project_and_attend(
@@ -36,13 +36,7 @@ pub(super) fn project_and_attend(
             out,
         );
     }
-    let AttentionProjections { x, q: (q_weight, q_raw), k: (k_weight, k_raw), v: (v_weight, v) } =
-        projections;
-    backend.matmuls(
-        x,
-        heads.n_rows,
-        &mut [(q_weight, &mut *q_raw), (k_weight, &mut *k_raw), (v_weight, &mut *v)],
-    )?;
+    let [q_raw, k_raw, v] = attention_inputs::project(backend, projections, heads.n_rows)?;
     let inputs = AttentionInputs { q_raw, k_raw, v, heads: *heads };
     let pool_rows = to_u32("attention_inputs", "pool rows", checked_pool_rows(&inputs, &targets)?)?;
     let AttentionTargets { k_pool, v_pool, .. } = targets;
