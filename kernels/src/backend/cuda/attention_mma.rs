@@ -29,7 +29,9 @@ use super::context::{
 };
 use super::divisor::FastDivisor;
 use super::memory::{CudaKvPool, CudaTensor};
-use crate::backend::{AttentionBatch, AttentionInputs, AttentionParams, BackendError, HeadParams, RopeStyle};
+use crate::backend::{
+    AttentionBatch, AttentionInputs, AttentionParams, BackendError, HeadParams, RopeParams, RopeStyle,
+};
 
 /// The only head size of the kernel (`MMA_HEAD_DIM`).
 const HEAD_DIM: usize = 128;
@@ -145,15 +147,11 @@ impl MmaAttention {
         batch: &AttentionBatch<super::CudaBackend>,
         params: &AttentionParams,
     ) -> bool {
-        let rope = heads.q_rope;
         self.from_projections
             && self.takes(params, batch.n_rows())
             && batch.max_new() == 1
             && heads.n_rows == batch.n_rows()
-            && rope.style == RopeStyle::Neox
-            && rope.rotary_dim == HEAD_DIM
-            && rope.head_dim == HEAD_DIM
-            && (rope.n_heads, heads.k_rope.n_heads) == (params.n_heads, params.n_kv_heads)
+            && heads_fit_decode(&heads.q_rope, &heads.k_rope, params)
             && self
                 .width(
                     batch.n_rows(),
@@ -172,6 +170,16 @@ impl MmaAttention {
             _ => &self.wide,
         }
     }
+}
+
+/// Whether queries rotated by `q_rope` and keys by `k_rope` are heads `attention_mma_decode` makes:
+/// of 128, rotated NeoX-style over the whole head, as many as `params` attends over. (The host's
+/// fused-inputs check also requires both ropes alike.)
+fn heads_fit_decode(q_rope: &RopeParams, k_rope: &RopeParams, params: &AttentionParams) -> bool {
+    q_rope.style == RopeStyle::Neox
+        && q_rope.rotary_dim == HEAD_DIM
+        && q_rope.head_dim == HEAD_DIM
+        && (q_rope.n_heads, k_rope.n_heads) == (params.n_heads, params.n_kv_heads)
 }
 
 /// What the kernel's queries come from.
@@ -370,6 +378,25 @@ mod tests {
         assert_eq!(with_narrow.width(23, 1, 4).width, WIDE);
         // Switched off, every batch takes wide blocks.
         assert_eq!(attention(false).width(1, 1, 4).width, WIDE);
+    }
+
+    #[test]
+    fn decode_from_projections_takes_heads_of_128_rotated_neox_over_the_whole_head() {
+        let params = AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim: 128, scale: 1.0 };
+        let rope = |n_heads, head_dim, rotary_dim, style| RopeParams {
+            n_heads,
+            head_dim,
+            rotary_dim,
+            theta: 1_000_000.0,
+            style,
+        };
+        let qwen3 = |n_heads| rope(n_heads, 128, 128, RopeStyle::Neox);
+        assert!(heads_fit_decode(&qwen3(32), &qwen3(8), &params));
+        assert!(!heads_fit_decode(&rope(32, 128, 128, RopeStyle::Normal), &qwen3(8), &params));
+        assert!(!heads_fit_decode(&rope(32, 128, 64, RopeStyle::Neox), &qwen3(8), &params));
+        assert!(!heads_fit_decode(&rope(64, 64, 64, RopeStyle::Neox), &qwen3(8), &params));
+        assert!(!heads_fit_decode(&qwen3(32), &qwen3(4), &params));
+        assert!(!heads_fit_decode(&qwen3(16), &qwen3(8), &params));
     }
 
     #[test]
