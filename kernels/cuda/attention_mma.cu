@@ -132,15 +132,12 @@ __device__ __forceinline__ u32 projected_dim(u32 lane, int i) {
     return 2 * lane + (i % 2) + (i / 2) * (MMA_HEAD_DIM / 2);
 }
 
-// The cosines and sines of the lane's two rotation pairs at `position`, as attention_inputs.cu's
-// `rotated` computes them.
+// The cosines and sines of the lane's two rotation pairs at `position`.
 __device__ __forceinline__ void projected_angles(u32 lane, float position, float theta, float (&cos_angle)[2],
                                                  float (&sin_angle)[2]) {
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
-        const u32 pair = 2 * lane + p;
-        const float inv_freq = 1.0f / powf(theta, (float)(2 * pair) / (float)MMA_HEAD_DIM);
-        sincosf(position * inv_freq, &sin_angle[p], &cos_angle[p]);
+        rope_angle(position, 2 * lane + p, MMA_HEAD_DIM, theta, &sin_angle[p], &cos_angle[p]);
     }
 }
 
