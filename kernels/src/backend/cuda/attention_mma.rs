@@ -62,6 +62,9 @@ const WIDE: Width = Width { kernel: "attention_mma", warps: 8, stages: 6 };
 /// Blocks of one warp and 3 tiles (`MMA_NARROW_STAGES`): decode rows, whose slots fill one warp,
 /// so that an SM holds several computing warps instead of one wide block's one.
 const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
+/// Narrow blocks that make their queries, keys and values from the projections
+/// ([`Queries::Projected`]).
+const DECODE: Width = Width { kernel: "attention_mma_decode", ..NARROW };
 
 impl Width {
     /// Dynamic shared memory of a block: the ring of tiles of f16 keys and values (a wide block's
@@ -109,9 +112,9 @@ pub(super) struct MmaAttention {
     wide: Loaded,
     /// Absent with `CANOPY_CUDA_MMA_ATTENTION_NARROW=0`: every batch then takes wide blocks.
     narrow: Option<Loaded>,
-    /// Whether decode rows may take `attention_mma_decode`:
-    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1`, off by default.
-    from_projections: bool,
+    /// Present when decode rows may take `attention_mma_decode`:
+    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1` with narrow blocks, off by default.
+    decode: Option<Loaded>,
 }
 
 impl MmaAttention {
@@ -130,7 +133,11 @@ impl MmaAttention {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
             wide: Loaded::new(device, WIDE)?,
             narrow: if narrow { Some(Loaded::new(device, NARROW)?) } else { None },
-            from_projections: opted_in_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS"),
+            decode: if narrow && opted_in_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS") {
+                Some(Loaded::new(device, DECODE)?)
+            } else {
+                None
+            },
         }))
     }
 
@@ -147,7 +154,7 @@ impl MmaAttention {
         batch: &AttentionBatch<super::CudaBackend>,
         params: &AttentionParams,
     ) -> bool {
-        self.from_projections
+        self.decode.is_some()
             && self.takes(params, batch.n_rows())
             && batch.max_new() == 1
             && heads.n_rows == batch.n_rows()
@@ -247,7 +254,7 @@ pub(super) fn launch(
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
     let kernel = match &queries {
         Queries::Made { .. } => width.kernel,
-        Queries::Projected { .. } if width == NARROW => "attention_mma_decode",
+        Queries::Projected { .. } if width == NARROW => DECODE.kernel,
         Queries::Projected { .. } => return Err(device_error(OP, "projected queries need narrow blocks")),
     };
     let mut launch = device.launch(OP, kernel)?;
@@ -352,7 +359,7 @@ mod tests {
             min_rows: 2,
             wide: Loaded { width: WIDE, blocks_per_sm: 1 },
             narrow: narrow.then_some(Loaded { width: NARROW, blocks_per_sm: 4 }),
-            from_projections: true,
+            decode: narrow.then_some(Loaded { width: DECODE, blocks_per_sm: 4 }),
         }
     }
 
