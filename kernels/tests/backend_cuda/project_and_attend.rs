@@ -1,9 +1,9 @@
 //! `project_and_attend` against the CPU's projections, attention inputs and attention: decode
-//! rows, which the CUDA backend attends straight from their projections (`attention_mma_decode`),
-//! after long, short and empty contexts, also replayed from a recording as the context grows; and
-//! a verify chain, which takes the three launches. The decode kernel is opt-in until measured on
-//! a device: run with `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1` (check.sh does) to test it; without,
-//! these tests check the three launches.
+//! rows and verify batches, which the CUDA backend attends straight from their projections
+//! (`attention_mma_decode`, `attention_mma_projected`), after long, short and empty contexts, the
+//! decode rows also replayed from a recording as the context grows. The kernels are opt-in until
+//! measured on a device: run with `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1` (check.sh does) to
+//! test them; without, these tests check the three launches they replace.
 
 use super::*;
 
@@ -23,8 +23,9 @@ fn decode_rows_attend_from_their_projections_as_the_cpu_does() {
     let cpu = CpuBackend::new();
     let mut rng = Rng::new(21);
     let layer = Layer::new(gpu, &cpu, &mut rng);
-    // Three decode rows (one after an empty context, one mid-tile), then a 5-row verify chain.
-    for (label, specs) in [("decode", vec![(700, 1), (37, 1), (0, 1)]), ("verify chain", vec![(300, 5)])] {
+    // Three decode rows (one after an empty context, one mid-tile), then verify chains of 5 rows
+    // after 300 keys and of 23 (two tiles of new keys) with no context.
+    for (label, specs) in [("decode", vec![(700, 1), (37, 1), (0, 1)]), ("verify", vec![(300, 5), (0, 23)])] {
         let tables = tables(&specs);
         let layout = layout(&specs, &tables);
         let x = gaussian_row(layout.n_rows() * COLS, 1.0, &mut rng);

@@ -1,7 +1,8 @@
-//! [`Backend::project_and_attend`](crate::backend::Backend::project_and_attend): decode rows
-//! whose heads the tensor-core attention can make itself take the q/k/v projections and then
-//! `attention_mma_decode` (attention_mma.rs), one launch fewer a layer than the projections,
-//! `attention_inputs` and the attention; every other batch takes those three.
+//! [`Backend::project_and_attend`](crate::backend::Backend::project_and_attend): decode and
+//! verify batches whose heads the tensor-core attention can make itself take the q/k/v
+//! projections and then `attention_mma_decode` or `attention_mma_projected` (attention_mma.rs),
+//! one launch fewer a layer than the projections, `attention_inputs` and the attention; every
+//! other batch takes those three.
 
 use super::CudaBackend;
 use super::attention::launch_mma;
@@ -24,7 +25,7 @@ pub(super) fn project_and_attend(
     out: &mut CudaTensor,
 ) -> Result<(), BackendError> {
     let takes =
-        backend.mma_attention.as_ref().is_some_and(|mma| mma.decodes_from_projections(heads, batch, params));
+        backend.mma_attention.as_ref().is_some_and(|mma| mma.attends_from_projections(heads, batch, params));
     if !takes || !fusable(heads) {
         return attention_inputs::project_then_attend(
             backend,

@@ -6,11 +6,13 @@
 //! batch is only a few such blocks, so each block's keys are also split across blocks
 //! ([`splits`]), whose softmax states `attention_mma_merge` combines.
 //!
-//! Decode rows can also come straight from their q/k/v projections ([`Queries::Projected`]):
-//! `attention_mma_decode`, a narrow block that normalises and rotates its own queries and makes
-//! and stores its row's new key and value, so that no attention-inputs launch sits between the
-//! projections and the attention. It passes its parity tests in the CPU emulator but has not yet
-//! run on a device, so it is off unless `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1`.
+//! Decode and verify batches can also come straight from their q/k/v projections
+//! ([`Queries::Projected`]): `attention_mma_decode` (narrow blocks, one row a sequence) and
+//! `attention_mma_projected` (wide blocks, up to 32 rows a sequence) normalise and rotate their
+//! own queries and make and store the batch's new keys and values, so that no attention-inputs
+//! launch sits between the projections and the attention. They pass their parity tests in the
+//! CPU emulator but have not yet been measured on a device, so they are off unless
+//! `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1`.
 //!
 //! As in attention.rs, everything a launch decides depends on the shape alone, never on the
 //! context length, so a recorded verify step stays valid at every length.
@@ -48,30 +50,47 @@ const DEFAULT_MIN_ROWS: usize = 1;
 /// Warps in the merge's blocks (`MMA_MERGE_WARPS`), a query each.
 const MERGE_WARPS: usize = 8;
 
-/// One width of the kernel: its entry point, the warps of a block and the tiles of its ring.
+/// One width of the kernel: its entry point, the warps of a block, the tiles of its ring, and the
+/// tile-sized stages past the ring that hold its queries.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Width {
     kernel: &'static str,
     warps: usize,
     stages: usize,
+    query_stages: usize,
 }
 
 /// Blocks of 8 warps and 6 tiles (`MMA_WIDE_WARPS`, `MMA_WIDE_STAGES`): verify and prefill
 /// batches, whose rows fill several warps.
-const WIDE: Width = Width { kernel: "attention_mma", warps: 8, stages: 6 };
+const WIDE: Width = Width { kernel: "attention_mma", warps: 8, stages: 6, query_stages: 0 };
 /// Blocks of one warp and 3 tiles (`MMA_NARROW_STAGES`): decode rows, whose slots fill one warp,
 /// so that an SM holds several computing warps instead of one wide block's one.
-const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
+const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, stages: 3, query_stages: 0 };
 /// Narrow blocks that make their queries, keys and values from the projections
-/// ([`Queries::Projected`]).
+/// ([`Queries::Projected`]): their queries fit the ring's last stage.
 const DECODE: Width = Width { kernel: "attention_mma_decode", ..NARROW };
+/// Wide blocks that make theirs: 128 query rows, the ring's last stage and one past it.
+const PROJECTED: Width = Width { kernel: "attention_mma_projected", query_stages: 1, ..WIDE };
+/// New rows a sequence may have in [`PROJECTED`] blocks: the new keys a block makes (a tile's).
+const MAX_PROJECTED_ROWS: usize = KEYS;
 
 impl Width {
-    /// Dynamic shared memory of a block: the ring of tiles of f16 keys and values (a wide block's
-    /// 102 KB, which sm_80 and sm_90 grant a block, 163 and 227 KB, but sm_86 and sm_89 do not,
-    /// 99 KB).
+    /// Dynamic shared memory of a block: the ring of tiles of f16 keys and values, and the
+    /// stages past it (a wide block's 102 KB, 122 KB for [`PROJECTED`], which sm_80 and sm_90
+    /// grant a block, 163 and 227 KB, but sm_86 and sm_89 do not, 99 KB).
     const fn shared_bytes(self) -> usize {
-        self.stages * 2 * KEYS * STRIDE * size_of::<u16>()
+        (self.stages + self.query_stages) * 2 * KEYS * STRIDE * size_of::<u16>()
+    }
+
+    /// Rows of a sequence a block holds with `heads_per_block` query heads a row.
+    fn rows_per_block(self, heads_per_block: usize) -> usize {
+        self.warps * ROWS / heads_per_block
+    }
+
+    /// The most new rows a sequence may have in blocks of this projected width: a decode row, or
+    /// as many as one block holds and makes keys for.
+    fn max_projected_rows(self, heads_per_block: usize) -> usize {
+        if self == DECODE { 1 } else { MAX_PROJECTED_ROWS.min(self.rows_per_block(heads_per_block)) }
     }
 
     fn threads(self) -> usize {
@@ -112,9 +131,11 @@ pub(super) struct MmaAttention {
     wide: Loaded,
     /// Absent with `CANOPY_CUDA_MMA_ATTENTION_NARROW=0`: every batch then takes wide blocks.
     narrow: Option<Loaded>,
-    /// Present when decode rows may take `attention_mma_decode`:
-    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1` with narrow blocks, off by default.
+    /// The widths that make their queries from the projections, present with
+    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1` (off by default): [`DECODE`] for the batches
+    /// narrow blocks take, when there are narrow blocks, and [`PROJECTED`] for the wide ones.
     decode: Option<Loaded>,
+    projected: Option<Loaded>,
 }
 
 impl MmaAttention {
@@ -129,15 +150,14 @@ impl MmaAttention {
             return Ok(None);
         }
         let narrow = enabled_from_env("CANOPY_CUDA_MMA_ATTENTION_NARROW");
+        let from_projections = opted_in_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS");
+        let load = |width, wanted: bool| wanted.then(|| Loaded::new(device, width)).transpose();
         Ok(Some(Self {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
             wide: Loaded::new(device, WIDE)?,
-            narrow: if narrow { Some(Loaded::new(device, NARROW)?) } else { None },
-            decode: if narrow && opted_in_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS") {
-                Some(Loaded::new(device, DECODE)?)
-            } else {
-                None
-            },
+            narrow: load(NARROW, narrow)?,
+            decode: load(DECODE, narrow && from_projections)?,
+            projected: load(PROJECTED, from_projections)?,
         }))
     }
 
@@ -146,27 +166,41 @@ impl MmaAttention {
         params.head_dim == HEAD_DIM && n_rows >= self.min_rows
     }
 
-    /// Whether `attention_mma_decode` takes a batch with these heads: one new row a sequence in
-    /// narrow blocks, heads of 128 rotated NeoX-style over the whole head.
-    pub fn decodes_from_projections(
+    /// Whether a batch with these heads may come straight from its projections: heads of 128
+    /// rotated NeoX-style over the whole head, and one new row a sequence in narrow blocks
+    /// ([`DECODE`]) or up to [`MAX_PROJECTED_ROWS`] in one wide block a sequence ([`PROJECTED`]).
+    pub fn attends_from_projections(
         &self,
         heads: &HeadParams<'_, super::CudaBackend>,
         batch: &AttentionBatch<super::CudaBackend>,
         params: &AttentionParams,
     ) -> bool {
-        self.decode.is_some()
-            && self.takes(params, batch.n_rows())
-            && batch.max_new() == 1
+        let heads_per_block = heads_per_block(params.n_heads / params.n_kv_heads.max(1));
+        let Some(loaded) = self.loaded(batch.n_rows(), batch.n_sequences(), heads_per_block, true) else {
+            return false;
+        };
+        self.takes(params, batch.n_rows())
+            && batch.max_new() <= loaded.width.max_projected_rows(heads_per_block)
             && heads.n_rows == batch.n_rows()
-            && heads_fit_decode(&heads.q_rope, &heads.k_rope, params)
-            && self
-                .width(
-                    batch.n_rows(),
-                    batch.n_sequences(),
-                    heads_per_block(params.n_heads / params.n_kv_heads.max(1)),
-                )
-                .width
-                == NARROW
+            && heads_fit_projected(&heads.q_rope, &heads.k_rope, params)
+    }
+
+    /// The loaded width for a batch of `n_rows` rows in `n_sequences` sequences,
+    /// `heads_per_block` query heads a block, whose queries are made already or, if `projected`,
+    /// come from the projections (`None` when those kernels are not loaded).
+    fn loaded(
+        &self,
+        n_rows: usize,
+        n_sequences: usize,
+        heads_per_block: usize,
+        projected: bool,
+    ) -> Option<&Loaded> {
+        let made = self.width(n_rows, n_sequences, heads_per_block);
+        match projected {
+            false => Some(made),
+            true if made.width == NARROW => self.decode.as_ref(),
+            true => self.projected.as_ref(),
+        }
     }
 
     /// The width for a batch of `n_rows` rows in `n_sequences` sequences, `heads_per_block` query
@@ -179,10 +213,10 @@ impl MmaAttention {
     }
 }
 
-/// Whether queries rotated by `q_rope` and keys by `k_rope` are heads `attention_mma_decode` makes:
+/// Whether queries rotated by `q_rope` and keys by `k_rope` are heads the projected kernels make:
 /// of 128, rotated NeoX-style over the whole head, as many as `params` attends over. (The host's
 /// fused-inputs check also requires both ropes alike.)
-fn heads_fit_decode(q_rope: &RopeParams, k_rope: &RopeParams, params: &AttentionParams) -> bool {
+fn heads_fit_projected(q_rope: &RopeParams, k_rope: &RopeParams, params: &AttentionParams) -> bool {
     q_rope.style == RopeStyle::Neox
         && q_rope.rotary_dim == HEAD_DIM
         && q_rope.head_dim == HEAD_DIM
@@ -193,7 +227,7 @@ fn heads_fit_decode(q_rope: &RopeParams, k_rope: &RopeParams, params: &Attention
 pub(super) enum Queries<'a> {
     /// Queries made already, with the pools that hold every key the batch reads.
     Made { q: &'a CudaTensor, k_pool: &'a CudaKvPool, v_pool: &'a CudaKvPool },
-    /// Decode rows' projections and head parameters ([`MmaAttention::decodes_from_projections`]),
+    /// Rows' projections and head parameters ([`MmaAttention::attends_from_projections`]),
     /// with the pools that take their keys and values, which hold `pool_rows` rows.
     Projected {
         inputs: AttentionInputs<'a, CudaBackend>,
@@ -205,7 +239,7 @@ pub(super) enum Queries<'a> {
 
 /// Launches the kernel, and the merge when it splits, with the split states in `states`; the
 /// caller has checked the shapes and [`MmaAttention::takes`] (or, for projected queries,
-/// [`MmaAttention::decodes_from_projections`]).
+/// [`MmaAttention::attends_from_projections`]).
 pub(super) fn launch(
     backend: &CudaBackend,
     queries: Queries<'_>,
@@ -218,12 +252,14 @@ pub(super) fn launch(
     let group = params.n_heads / params.n_kv_heads;
     let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
-    let loaded = match &backend.mma_attention {
-        Some(mma) => mma.width(batch.n_rows(), batch.n_sequences(), heads_per_block),
-        None => return Err(device_error(OP, "the tensor-core attention is not loaded")),
-    };
+    let projected = matches!(queries, Queries::Projected { .. });
+    let loaded = backend
+        .mma_attention
+        .as_ref()
+        .and_then(|mma| mma.loaded(batch.n_rows(), batch.n_sequences(), heads_per_block, projected))
+        .ok_or_else(|| device_error(OP, "the tensor-core attention for these queries is not loaded"))?;
     let width = loaded.width;
-    let rows_per_block = width.warps * ROWS / heads_per_block;
+    let rows_per_block = width.rows_per_block(heads_per_block);
     let filled_row_blocks = batch.n_rows().div_ceil(rows_per_block);
     // Each sequence's rows start a row block of their own, so there are at most this many (each
     // sequence after the first adds at most one block to those its rows fill).
@@ -252,12 +288,7 @@ pub(super) fn launch(
     let n_heads = to_u32(OP, "n_heads", params.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
-    let kernel = match &queries {
-        Queries::Made { .. } => width.kernel,
-        Queries::Projected { .. } if width == NARROW => DECODE.kernel,
-        Queries::Projected { .. } => return Err(device_error(OP, "projected queries need narrow blocks")),
-    };
-    let mut launch = device.launch(OP, kernel)?;
+    let mut launch = device.launch(OP, width.kernel)?;
     let projected = match queries {
         Queries::Made { q, k_pool, v_pool } => {
             push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
@@ -360,6 +391,7 @@ mod tests {
             wide: Loaded { width: WIDE, blocks_per_sm: 1 },
             narrow: narrow.then_some(Loaded { width: NARROW, blocks_per_sm: 4 }),
             decode: narrow.then_some(Loaded { width: DECODE, blocks_per_sm: 4 }),
+            projected: Some(Loaded { width: PROJECTED, blocks_per_sm: 1 }),
         }
     }
 
@@ -388,7 +420,23 @@ mod tests {
     }
 
     #[test]
-    fn decode_from_projections_takes_heads_of_128_rotated_neox_over_the_whole_head() {
+    fn projected_queries_take_the_projected_kernel_of_their_width() {
+        let loaded = |mma: &MmaAttention, n_rows, n_sequences| {
+            mma.loaded(n_rows, n_sequences, 4, true).map(|loaded| loaded.width)
+        };
+        assert_eq!(loaded(&attention(true), 1, 1), Some(DECODE));
+        assert_eq!(loaded(&attention(true), 23, 1), Some(PROJECTED));
+        assert_eq!(loaded(&attention(false), 1, 1), Some(PROJECTED));
+        assert_eq!(attention(true).loaded(23, 1, 4, false).map(|loaded| loaded.width), Some(WIDE));
+        // A decode block makes one new key; a wide one a tile's, in the rows it holds.
+        assert_eq!(DECODE.max_projected_rows(4), 1);
+        assert_eq!(PROJECTED.max_projected_rows(4), 32);
+        assert_eq!(PROJECTED.max_projected_rows(8), 16);
+        assert_eq!(PROJECTED.max_projected_rows(1), 32);
+    }
+
+    #[test]
+    fn projected_heads_are_heads_of_128_rotated_neox_over_the_whole_head() {
         let params = AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim: 128, scale: 1.0 };
         let rope = |n_heads, head_dim, rotary_dim, style| RopeParams {
             n_heads,
@@ -398,18 +446,19 @@ mod tests {
             style,
         };
         let qwen3 = |n_heads| rope(n_heads, 128, 128, RopeStyle::Neox);
-        assert!(heads_fit_decode(&qwen3(32), &qwen3(8), &params));
-        assert!(!heads_fit_decode(&rope(32, 128, 128, RopeStyle::Normal), &qwen3(8), &params));
-        assert!(!heads_fit_decode(&rope(32, 128, 64, RopeStyle::Neox), &qwen3(8), &params));
-        assert!(!heads_fit_decode(&rope(64, 64, 64, RopeStyle::Neox), &qwen3(8), &params));
-        assert!(!heads_fit_decode(&qwen3(32), &qwen3(4), &params));
-        assert!(!heads_fit_decode(&qwen3(16), &qwen3(8), &params));
+        assert!(heads_fit_projected(&qwen3(32), &qwen3(8), &params));
+        assert!(!heads_fit_projected(&rope(32, 128, 128, RopeStyle::Normal), &qwen3(8), &params));
+        assert!(!heads_fit_projected(&rope(32, 128, 64, RopeStyle::Neox), &qwen3(8), &params));
+        assert!(!heads_fit_projected(&rope(64, 64, 64, RopeStyle::Neox), &qwen3(8), &params));
+        assert!(!heads_fit_projected(&qwen3(32), &qwen3(4), &params));
+        assert!(!heads_fit_projected(&qwen3(16), &qwen3(8), &params));
     }
 
     #[test]
     fn the_rings_fit_where_the_kernel_is_loaded() {
         // sm_90 grants a block 227 KB; the narrow ring leaves room for four blocks.
         assert_eq!(WIDE.shared_bytes(), 104_448);
+        assert_eq!(PROJECTED.shared_bytes(), 121_856);
         assert!(4 * NARROW.shared_bytes() <= 227 * 1024);
     }
 }

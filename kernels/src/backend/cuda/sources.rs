@@ -172,6 +172,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "attention_mma",
             "attention_mma_narrow",
             "attention_mma_decode",
+            "attention_mma_projected",
             "attention_mma_merge",
         ],
     },

@@ -1,9 +1,7 @@
-//! `attention_mma_decode`, emulated, against the CPU backend's attention inputs (per-head norms,
-//! RoPE, KV writes) and attention: decode rows straight from their q/k/v projections, the block
-//! holding a row's new key making it and its value, storing them in the pools and putting them in
-//! its tile. Three decode rows (after 200 keys, 37, none) in narrow blocks, unsplit, split 4 ways
-//! and 40 (more splits than a warp has lanes, for the merge), over groups of 4, 2, 8 and 3 query
-//! heads and of 16 (two chunks of 8 a KV head, of which only the first stores the new rows).
+//! `attention_mma_decode` and `attention_mma_projected`, emulated, against the CPU backend's
+//! attention inputs (per-head norms, RoPE, KV writes) and attention: decode rows and verify
+//! batches straight from their q/k/v projections, the blocks holding the batch's new keys making
+//! them and their values, storing them in the pools and putting them in their tiles.
 //!
 //! Tolerances: 2e-3 for the output, as for the tensor-core attention (f16 queries, keys and
 //! weights); 1e-3 for the pools, whose new rows are the CPU's f32 keys and values rounded to f16.
@@ -19,7 +17,7 @@ use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::FastDivisor;
 use canopy_kernels::backend::{
     AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, HeadParams, Mask,
-    RopeParams, RopeStyle,
+    RopeParams, RopeStyle, TREE_ROOT,
 };
 use common::{Rng, gaussian_row, kv_row};
 use emulated::batch::{Sequence, flatten, layout_of, merge};
@@ -28,9 +26,19 @@ use emulated::{DeviceBuffer, Q8Copy, check, fetch, ptr, run};
 const HEAD_DIM: usize = 128;
 const THETA: f32 = 1_000_000.0;
 const EPS: f32 = 1e-6;
-/// Tiles in a narrow block's ring (`MMA_NARROW_STAGES`), of 32 keys and 32 values in rows of 136
-/// halves.
-const STAGES: usize = 3;
+static TREE: [u32; 6] = [TREE_ROOT, 0, 0, 1, TREE_ROOT, 4];
+
+/// A projected kernel as attention_mma.rs launches it: warps a block, the tiles of its ring and the
+/// tile-sized stages past the ring that hold its queries.
+struct Kernel {
+    name: &'static str,
+    warps: usize,
+    stages: usize,
+    query_stages: usize,
+}
+
+const DECODE: Kernel = Kernel { name: "attention_mma_decode", warps: 1, stages: 3, query_stages: 0 };
+const PROJECTED: Kernel = Kernel { name: "attention_mma_projected", warps: 8, stages: 6, query_stages: 1 };
 
 /// Random projections, norm weights and pools for decode rows, and the CPU's outputs.
 struct Case {
@@ -105,16 +113,22 @@ impl Case {
     }
 }
 
-/// Runs `attention_mma_decode` over the case as attention_mma.rs launches it, with `splits`
-/// splits of each block's keys and the merge when there are several; checks the output and both
-/// pools.
-fn decode(label: &str, block_size: usize, sequences: &[Sequence], case: &Case, splits: usize) {
+/// Runs `kernel` over the case as attention_mma.rs launches it, with `splits` splits of each
+/// block's keys and the merge when there are several; checks the output and both pools.
+fn attend(
+    kernel: &Kernel,
+    label: &str,
+    block_size: usize,
+    sequences: &[Sequence],
+    case: &Case,
+    splits: usize,
+) {
     let AttentionParams { n_heads, n_kv_heads, scale, .. } = case.params;
     let n_rows = case.positions.len();
     let group = n_heads / n_kv_heads;
     let heads_per_block = group.div_ceil(group.div_ceil(8));
     let chunks = group.div_ceil(heads_per_block);
-    let row_blocks = n_rows.div_ceil(16 / heads_per_block) + sequences.len() - 1;
+    let row_blocks = n_rows.div_ceil(kernel.warps * 16 / heads_per_block) + sequences.len() - 1;
     let n_states = n_rows * n_heads * splits;
     let pool_rows = case.pools[0].len() / case.params.kv_row_len();
 
@@ -183,11 +197,11 @@ fn decode(label: &str, block_size: usize, sequences: &[Sequence], case: &Case, s
     ] = [sequences.len(), n_heads, n_kv_heads, heads_per_block, splits, pool_rows].map(|v| v as u32);
     let shape = LaunchShape {
         grid: [row_blocks as u32, (n_kv_heads * chunks) as u32, n_splits],
-        block: [32, 1, 1],
-        dynamic_shared_bytes: STAGES * 2 * 32 * 136 * 2,
+        block: [32 * kernel.warps as u32, 1, 1],
+        dynamic_shared_bytes: (kernel.stages + kernel.query_stages) * 2 * 32 * 136 * 2,
     };
     run(
-        "attention_mma_decode",
+        kernel.name,
         shape,
         &mut [
             ptr(q_ptr),
@@ -225,7 +239,7 @@ fn decode(label: &str, block_size: usize, sequences: &[Sequence], case: &Case, s
             [stats_ptr, parts_ptr, out_ptr, oq_ptr, os_ptr, oh_ptr, ohs_ptr],
         );
     }
-    let label = format!("attention_mma_decode {label}, {splits} splits");
+    let label = format!("{} {label}, {splits} splits", kernel.name);
     check(&format!("{label}: out"), &out.floats(case.q_raw.len()), &case.want_out, 2e-3);
     for (name, (pool, want)) in
         ["k_pool", "v_pool"].iter().zip([&k_pool, &v_pool].iter().zip(&case.want_pools))
@@ -234,6 +248,9 @@ fn decode(label: &str, block_size: usize, sequences: &[Sequence], case: &Case, s
     }
 }
 
+/// Three decode rows (after 200 keys, 37, none) in narrow blocks, unsplit, split 4 ways and 40
+/// (more splits than a warp has lanes, for the merge), over groups of 4, 2, 8 and 3 query heads
+/// and of 16 (two chunks of 8 a KV head, of which only the first stores the new rows).
 #[test]
 fn decode_rows_attend_from_their_projections() {
     let mut rng = Rng::new(87);
@@ -247,7 +264,52 @@ fn decode_rows_attend_from_their_projections() {
         let case = Case::new(block_size, &sequences, heads, &mut rng);
         let label = format!("3 decode rows, heads {}/{}", heads.0, heads.1);
         for splits in [1, 4, 40] {
-            decode(&label, block_size, &sequences, &case, splits);
+            attend(&DECODE, &label, block_size, &sequences, &case, splits);
         }
     }
+}
+
+/// Verify batches in wide blocks, a sequence's rows in one: a causal chunk of 7 whose new keys
+/// cross a tile (keys 60 to 66), a tree of 6 nodes, a binary tree of 16 with no context (new keys
+/// made by every warp, two each) and a decode row, over groups of 4, 2, 8 (16 rows a block, the
+/// most these kernels take), 3 (the last slots dead) and 16 (two chunks); unsplit and split 3
+/// ways (the chunk's new keys then in two splits, and some splits without keys).
+#[test]
+fn verify_batches_attend_from_their_projections() {
+    let mut rng = Rng::new(88);
+    let block_size = 12;
+    let sequences = [
+        Sequence { n_past: 60, n_new: 7, mask: Mask::Causal, table: (0..6).rev().collect() },
+        Sequence { n_past: 9, n_new: 6, mask: Mask::Tree(&TREE), table: vec![6, 7] },
+        Sequence { n_past: 0, n_new: 16, mask: Mask::Tree(binary_tree(16)), table: vec![8, 9] },
+        Sequence { n_past: 100, n_new: 1, mask: Mask::Causal, table: (10..19).collect() },
+    ];
+    for heads in [(32, 8), (16, 8), (8, 1), (6, 2), (16, 1)] {
+        let case = Case::new(block_size, &sequences, heads, &mut rng);
+        let label = format!("30 verify rows, heads {}/{}", heads.0, heads.1);
+        for splits in [1, 3] {
+            attend(&PROJECTED, &label, block_size, &sequences, &case, splits);
+        }
+    }
+}
+
+/// Qwen3-8B's verify batch: a binary tree of 23 draft tokens after 300 keys (the new keys 300 to
+/// 322, in tiles 9 and 10), groups of 4, unsplit and split 4 ways (three tiles a split, the last
+/// holding both of the new keys' tiles).
+#[test]
+fn a_tree_of_23_after_a_context_attends_from_its_projections() {
+    let mut rng = Rng::new(89);
+    let (n_past, block_size) = (300usize, 12);
+    let table: Vec<u32> = (0..(n_past + 23).div_ceil(block_size) as u32).rev().collect();
+    let sequences = [Sequence { n_past, n_new: 23, mask: Mask::Tree(binary_tree(23)), table }];
+    let case = Case::new(block_size, &sequences, (32, 8), &mut rng);
+    for splits in [1, 4] {
+        attend(&PROJECTED, "23 tree rows after 300, heads 32/8", block_size, &sequences, &case, splits);
+    }
+}
+
+/// The parents of a binary tree of `n` nodes, node 0 its root.
+fn binary_tree(n: u32) -> &'static [u32] {
+    let parents: Vec<u32> = (0..n).map(|i| if i == 0 { TREE_ROOT } else { (i - 1) / 2 }).collect();
+    Box::leak(parents.into_boxed_slice())
 }
