@@ -264,9 +264,9 @@ if has switches; then
     done | tee "$out/switches.txt"
 fi
 if has from-projections; then
-    # Decode attention straight from the projections: its parity tests with the switch on, then
-    # pack.sh's revisions and this build with CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS off and on,
-    # alternating, twice, on an empty context and after 16384 tokens.
+    # Decode and verify attention straight from the projections: their parity tests with the
+    # switch on, then pack.sh's revisions and this build with CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS
+    # off and on, alternating, twice, on an empty context and after 16384 tokens.
     CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 \
         --nocapture attend >"$out/parity-from-projections.txt" 2>&1
     echo "parity from projections: exit $?"; grep -E "^parity|test result|FAILED|panicked" "$out/parity-from-projections.txt"
