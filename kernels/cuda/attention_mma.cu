@@ -31,12 +31,6 @@
 // launch early (it waits for them to finish), and a split left without tiles writes max -inf,
 // which the merge skips. Unsplit launches write the output directly.
 //
-// attention_mma_decode (narrow, decode rows) and attention_mma_projected (wide, verify batches of
-// up to MMA_KEYS rows a sequence) take their queries straight from the q/k/v projections
-// (ProjectedHeads below): each block normalises and rotates its own queries, and the blocks
-// holding the batch's new keys make them and their values and store them in the pools, so that a
-// step has no attention_inputs launch between the projections and the attention.
-//
 // The fragments of mma_f16 and load_matrices are laid out as common.cuh describes.
 #define MMA_HEAD_DIM 128
 #define MMA_ROWS 16
@@ -109,87 +103,6 @@ __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16
     copy_async_commit();
 }
 
-// What attention_mma_decode and attention_mma_projected make their queries and new keys from
-// (attention_inputs.cu's operands): the raw projections `q` (the kernel's queries argument),
-// `k_raw` and `v_raw`, the per-head norm weights, and per row its position and pool slot. Rotation
-// is NeoX's over the whole head, which the host checks.
-struct ProjectedHeads {
-    const float *k_raw;
-    const float *v_raw;
-    const float *q_norm;
-    const float *k_norm;
-    float eps;
-    const u32 *positions;
-    const u32 *slots;
-    u32 pool_rows;
-    float theta;
-};
-
-// A lane's four dimensions of a head: 2 lane and 2 lane + 1, and their NeoX partners 64 further,
-// so that each rotation pair stays in one lane.
-#define PROJECTED_DIMS 4
-
-__device__ __forceinline__ u32 projected_dim(u32 lane, int i) {
-    return 2 * lane + (i % 2) + (i / 2) * (MMA_HEAD_DIM / 2);
-}
-
-// The rotation of the lane's two pairs at one position.
-struct PairAngles {
-    float cos_angle[2];
-    float sin_angle[2];
-};
-
-// The lane's pairs' frequencies, which every row shares.
-struct PairFrequencies {
-    float inv_freq[2];
-    __device__ PairFrequencies(u32 lane, float theta) {
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-            inv_freq[p] = rope_inv_freq(2 * lane + p, MMA_HEAD_DIM, theta);
-        }
-    }
-    __device__ PairAngles at(u32 position) const {
-        PairAngles angles;
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-            sincosf((float)position * inv_freq[p], &angles.sin_angle[p], &angles.cos_angle[p]);
-        }
-        return angles;
-    }
-};
-
-// One head of 128 from its projection `raw`: RMS-normalised with `weight`, then rotated; the
-// lane's dimensions (projected_dim) as f16 pool values.
-__device__ __forceinline__ void project_head(const float *raw, const float *weight, float eps, u32 lane,
-                                             const PairAngles &angles, u16 (&out)[PROJECTED_DIMS]) {
-    float x[PROJECTED_DIMS];
-    float squares = 0.0f;
-#pragma unroll
-    for (int i = 0; i < PROJECTED_DIMS; i += 2) {
-        const float2 pair = *(const float2 *)(raw + projected_dim(lane, i));
-        x[i] = pair.x;
-        x[i + 1] = pair.y;
-        squares += pair.x * pair.x + pair.y * pair.y;
-    }
-    const float scale = 1.0f / sqrtf(warp_sum(squares) / (float)MMA_HEAD_DIM + eps);
-#pragma unroll
-    for (int i = 0; i < PROJECTED_DIMS; ++i) {
-        x[i] = x[i] * scale * weight[projected_dim(lane, i)];
-    }
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-        const float a = x[p], b = x[p + 2];
-        out[p] = f32_to_kv(a * angles.cos_angle[p] - b * angles.sin_angle[p]);
-        out[p + 2] = f32_to_kv(a * angles.sin_angle[p] + b * angles.cos_angle[p]);
-    }
-}
-
-// Stores the lane's dimensions of a projected head in a row of halves.
-__device__ __forceinline__ void store_projected(u16 *row, u32 lane, const u16 (&values)[PROJECTED_DIMS]) {
-    *(u32 *)(row + projected_dim(lane, 0)) = values[0] | ((u32)values[1] << 16);
-    *(u32 *)(row + projected_dim(lane, 2)) = values[2] | ((u32)values[3] << 16);
-}
-
 // One block of WARPS warps per (row block of one sequence, KV head and chunk of its query heads,
 // split). A block serves WARPS * MMA_ROWS (row, query head) slots, slot m being query head
 // m % heads_per_block of the chunk in row m / heads_per_block of the block, warp w slots
@@ -197,26 +110,16 @@ __device__ __forceinline__ void store_projected(u16 *row, u32 lane, const u16 (&
 // tiles' rows. Row blocks are numbered sequence after sequence; grid.x may exceed their count (the
 // host bounds it by rows / rows per block, rounded up, + sequences - 1), and blocks past it leave.
 // Dynamic shared memory holds the ring of STAGES tiles.
-//
-// PROJECTED blocks take `q` raw and `projected` as above: one-warp blocks of one row a sequence
-// (decode), or wide blocks each holding all of a sequence's rows. Their committed keys are no
-// output of the projections, so they start fetching them before they wait.
-template <int WARPS, int STAGES, int SPLIT_TILES, bool PROJECTED>
-__device__ __forceinline__ void attention_mma_block(const float *q, u16 *k_pool, u16 *v_pool,
+template <int WARPS, int STAGES, int SPLIT_TILES>
+__device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k_pool, const u16 *v_pool,
                                                     const u32 *sequences, u32 n_sequences, const u32 *block_tables,
                                                     const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
                                                     u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits,
-                                                    float2 *stats, float *parts, float *out,
-                                                    const ProjectedHeads &projected) {
+                                                    float2 *stats, float *parts, float *out) {
     constexpr int THREADS = WARPS * WARP_SIZE;
-    // New keys a warp of a PROJECTED block makes at most: a decode row's one, or a row block's
-    // MMA_KEYS over the wide block's warps.
-    constexpr int NEW_KEYS = WARPS == 1 ? 1 : MMA_KEYS / WARPS;
-    if (!PROJECTED) {
-        wait_for_previous_kernel();
-        if (n_splits > 1) {
-            let_next_kernel_start();
-        }
+    wait_for_previous_kernel();
+    if (n_splits > 1) {
+        let_next_kernel_start();
     }
     extern __shared__ uint4 mma_ring[];
 
@@ -276,9 +179,6 @@ __device__ __forceinline__ void attention_mma_block(const float *q, u16 *k_pool,
     if (first_tile == end_tile) {
         // A split without keys (those of a short context, most of them at depth 0) marks its
         // states empty and leaves before loading its queries.
-        if (PROJECTED) {
-            wait_for_previous_kernel();
-        }
         if (warp_live && t == 0) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -297,79 +197,9 @@ __device__ __forceinline__ void attention_mma_block(const float *q, u16 *k_pool,
                        first_tile + stage < end_tile);
     }
 
-    // A PROJECTED block's sequence has all its rows in this row block (the host checks it), and
-    // their new keys and values are keys n_past + j, j < n_new: warp j % WARPS makes key j when its
-    // split holds it, and the loop puts it in place of the stale row its tile copied from the pool.
-    bool holds_new_key[NEW_KEYS];
-    u16 new_k[NEW_KEYS][PROJECTED_DIMS], new_v[NEW_KEYS][PROJECTED_DIMS];
+    // The warp's queries as A fragments, dimensions in chunks of 16.
     u32 q_frag[MMA_HEAD_DIM / 16][4];
-    if (PROJECTED) {
-        const PairFrequencies frequencies(lane, projected.theta);
-        // The block's first row's angles are all a decode block needs: computed before the wait.
-        const size_t first_row = (size_t)seq[0] + block_first_row;
-        const PairAngles first_angles = frequencies.at(projected.positions[first_row]);
-        wait_for_previous_kernel();
-        if (n_splits > 1) {
-            let_next_kernel_start();
-        }
-#pragma unroll
-        for (int k = 0; k < NEW_KEYS; ++k) {
-            const u32 j = warp + WARPS * k;
-            const u32 key_tile = (n_past + j) / MMA_KEYS;
-            holds_new_key[k] = j < n_new && key_tile >= first_tile && key_tile < end_tile;
-            if (!holds_new_key[k]) {
-                continue;
-            }
-            const size_t row = (size_t)seq[0] + j;
-            const PairAngles angles = row == first_row ? first_angles : frequencies.at(projected.positions[row]);
-            const size_t kv_at = row * kv_row_len + kv_offset;
-            project_head(projected.k_raw + kv_at, projected.k_norm, projected.eps, lane, angles, new_k[k]);
-#pragma unroll
-            for (int i = 0; i < PROJECTED_DIMS; ++i) {
-                new_v[k][i] = f32_to_kv(projected.v_raw[kv_at + projected_dim(lane, i)]);
-            }
-            // One block of the KV head's chunks stores them.
-            const u32 slot = projected.slots[row];
-            if (chunk_start == 0 && slot < projected.pool_rows) {
-                store_projected(k_pool + slot * kv_row_len + kv_offset, lane, new_k[k]);
-                store_projected(v_pool + slot * kv_row_len + kv_offset, lane, new_v[k]);
-            }
-        }
-        // The warp's 16 slots' queries, normalised and rotated, into rows 16 warp.. of the ring's
-        // last stage and the one past it (WARPS > 4), which the loop fills only after the
-        // fragments below are loaded. A dead slot takes the clamped row and head it computes
-        // with, so the loads need no branch.
-        u16 *q_rows = (u16 *)mma_stage(mma_ring, STAGES - 1) + warp * MMA_ROWS * MMA_STRIDE;
-        size_t angles_row = first_row;
-        PairAngles angles = first_angles;
-#pragma unroll
-        for (int m = 0; m < MMA_ROWS && warp_live; ++m) {
-            const u32 slot = warp * MMA_ROWS + m;
-            const size_t row = (size_t)seq[0] + block_first_row + min(slot / heads_per_block, block_rows - 1);
-            const u32 head = kv_head * group + chunk_start + min(slot % heads_per_block, block_heads - 1);
-            if (row != angles_row) {
-                angles = frequencies.at(projected.positions[row]);
-                angles_row = row;
-            }
-            u16 values[PROJECTED_DIMS];
-            project_head(q + (row * n_heads + head) * MMA_HEAD_DIM, projected.q_norm, projected.eps, lane, angles,
-                         values);
-            store_projected(q_rows + m * MMA_STRIDE, lane, values);
-        }
-        __syncwarp();
-#pragma unroll
-        for (int c = 0; c < MMA_HEAD_DIM / 16; ++c) {
-#pragma unroll
-            for (int half_index = 0; half_index < 2; ++half_index) {
-                const u32 d = c * 16 + 2 * t + 8 * half_index;
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    q_frag[c][2 * half_index + r] = *(const u32 *)(q_rows + (g + 8 * r) * MMA_STRIDE + d);
-                }
-            }
-        }
-    } else {
-        // The warp's queries as A fragments, dimensions in chunks of 16.
+    {
         const float *q_rows[2] = {q + (((size_t)seq[0] + rows[0]) * n_heads + heads[0]) * MMA_HEAD_DIM,
                                   q + (((size_t)seq[0] + rows[1]) * n_heads + heads[1]) * MMA_HEAD_DIM};
 #pragma unroll
@@ -403,19 +233,6 @@ __device__ __forceinline__ void attention_mma_block(const float *q, u16 *k_pool,
         // every warp's work on the previous tile before its stage is refilled below.
         copy_async_wait_pending<STAGES - 2>();
         __syncthreads();
-        if (PROJECTED && first_key + MMA_KEYS > n_past && first_key < n_past + n_new) {
-            u16 *tile = (u16 *)mma_stage(mma_ring, (key_tile - first_tile) % STAGES);
-#pragma unroll
-            for (int k = 0; k < NEW_KEYS; ++k) {
-                const u32 key = n_past + warp + WARPS * k;
-                if (holds_new_key[k] && key / MMA_KEYS == key_tile) {
-                    const u32 at = (key % MMA_KEYS) * MMA_STRIDE;
-                    store_projected(tile + at, lane, new_k[k]);
-                    store_projected(tile + MMA_KEYS * MMA_STRIDE + at, lane, new_v[k]);
-                }
-            }
-            __syncthreads();
-        }
         const u32 ahead = key_tile + STAGES - 1;
         fetch_mma_tile<THREADS>(mma_ring, (ahead - first_tile) % STAGES, k_pool, v_pool, block_keys, ahead * MMA_KEYS,
                        ahead < end_tile);
@@ -544,9 +361,9 @@ extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
                   const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
                   u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts,
                   float *out) {
-    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES, false>(
-        q, (u16 *)k_pool, (u16 *)v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads,
-        n_kv_heads, scale, heads_per_block, n_splits, stats, parts, out, ProjectedHeads{});
+    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES>(
+        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
+        heads_per_block, n_splits, stats, parts, out);
 }
 
 extern "C" __global__ void __launch_bounds__(WARP_SIZE)
@@ -554,40 +371,9 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE)
                          u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
                          u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits,
                          float2 *stats, float *parts, float *out) {
-    attention_mma_block<1, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES, false>(
-        q, (u16 *)k_pool, (u16 *)v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads,
-        n_kv_heads, scale, heads_per_block, n_splits, stats, parts, out, ProjectedHeads{});
-}
-
-// attention_mma_narrow for decode rows (one a sequence) from their raw projections `q_raw`,
-// `k_raw` and `v_raw`; it stores the new keys and values at the rows' slots.
-extern "C" __global__ void __launch_bounds__(WARP_SIZE)
-    attention_mma_decode(const float *q_raw, u16 *k_pool, u16 *v_pool, const u32 *sequences, u32 n_sequences,
-                         const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
-                         u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats,
-                         float *parts, float *out, const float *k_raw, const float *v_raw, const float *q_norm,
-                         const float *k_norm, float eps, const u32 *positions, const u32 *slots, u32 pool_rows,
-                         float theta) {
-    const ProjectedHeads projected{k_raw, v_raw, q_norm, k_norm, eps, positions, slots, pool_rows, theta};
-    attention_mma_block<1, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES, true>(
-        q_raw, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads,
-        scale, heads_per_block, n_splits, stats, parts, out, projected);
-}
-
-// attention_mma for verify batches (all of a sequence's rows in one row block, at most MMA_KEYS
-// of them) from their raw projections, as attention_mma_decode. Its dynamic shared memory holds
-// one stage past the ring, for the queries of warps 4 to 7.
-extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
-    attention_mma_projected(const float *q_raw, u16 *k_pool, u16 *v_pool, const u32 *sequences, u32 n_sequences,
-                            const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
-                            u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats,
-                            float *parts, float *out, const float *k_raw, const float *v_raw, const float *q_norm,
-                            const float *k_norm, float eps, const u32 *positions, const u32 *slots, u32 pool_rows,
-                            float theta) {
-    const ProjectedHeads projected{k_raw, v_raw, q_norm, k_norm, eps, positions, slots, pool_rows, theta};
-    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES, true>(
-        q_raw, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads,
-        scale, heads_per_block, n_splits, stats, parts, out, projected);
+    attention_mma_block<1, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES>(
+        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
+        heads_per_block, n_splits, stats, parts, out);
 }
 
 // Combines the split states of attention_mma and attention_mma_narrow: a warp per query (row,

@@ -5,7 +5,6 @@
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
 #        [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile] [narrow] [skip]
-#        [from-projections]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -262,24 +261,6 @@ if has switches; then
                 --decode 0 --forward 2,3,4 --repetitions 3 2>&1 | grep -E "fwd"
         done
     done | tee "$out/switches.txt"
-fi
-if has from-projections; then
-    # Decode and verify attention straight from the projections: their parity tests with the
-    # switch on, then pack.sh's revisions and this build with CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS
-    # off and on, alternating, twice, on an empty context and after 16384 tokens.
-    CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 \
-        --nocapture attend >"$out/parity-from-projections.txt" 2>&1
-    echo "parity from projections: exit $?"; grep -E "^parity|test result|FAILED|panicked" "$out/parity-from-projections.txt"
-    need_q8b
-    builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
-    for round in 1 2; do
-        for run in $builds canopy:0 canopy:1; do
-            build=${run%%:*}
-            echo "== $run (round $round)"
-            CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=${run#*:} "$bin/$build" bench "$models/q8b.gguf" --backend cuda \
-                --prefill 0 --decode 128 --depths 0,16384 --forward 1,8,23 --repetitions 3 2>&1 | grep -E "tg|fwd"
-        done
-    done | tee "$out/from-projections.txt"
 fi
 if has ab; then
     # The same decode and verify measurements, on an empty context and after 16384 tokens, with

@@ -22,9 +22,10 @@ mod emulated;
 use canopy_kernel_emulator::LaunchShape;
 use canopy_kernels::backend::cpu::CpuBackend;
 use canopy_kernels::backend::cuda::FastDivisor;
-use canopy_kernels::backend::{AttentionBatch, AttentionLayout, AttentionParams, Backend, Mask, TREE_ROOT};
+use canopy_kernels::backend::{
+    AttentionBatch, AttentionLayout, AttentionParams, Backend, Mask, SequenceSpec, TREE_ROOT,
+};
 use common::{Rng, gaussian_row, kv_row};
-use emulated::batch::{Sequence, flatten, layout_of, merge};
 use emulated::{DeviceBuffer, Q8Copy, check, check_f16_copy, check_q8_copy, fetch, ptr, run};
 
 const DECODE_TOLERANCE: f32 = 1e-5;
@@ -51,6 +52,47 @@ struct MmaWidth {
 
 const WIDE: MmaWidth = MmaWidth { kernel: "attention_mma", warps: 8, stages: 6 };
 const NARROW: MmaWidth = MmaWidth { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
+
+/// One sequence: its shape and its pool blocks.
+struct Sequence {
+    n_past: usize,
+    n_new: usize,
+    mask: Mask<'static>,
+    table: Vec<u32>,
+}
+
+/// The batch description as the kernels read it (AttentionLayout's private arrays): per
+/// sequence (q_start, n_new, n_past, table_start, mask code), the block tables cut to the blocks
+/// each sequence uses, and every row's tree parent.
+struct Flat {
+    sequences: DeviceBuffer,
+    block_tables: DeviceBuffer,
+    tree_parents: DeviceBuffer,
+}
+
+fn flatten(block_size: usize, sequences: &[Sequence]) -> Flat {
+    let (mut fields, mut tables, mut parents) = (vec![], vec![], vec![]);
+    for s in sequences {
+        let mask = match s.mask {
+            Mask::Causal => 0,
+            Mask::Bidirectional => 1,
+            Mask::Tree(_) => 2,
+        };
+        fields.extend([parents.len() as u32, s.n_new as u32, s.n_past as u32, tables.len() as u32, mask]);
+        tables.extend_from_slice(&s.table[..(s.n_past + s.n_new).div_ceil(block_size)]);
+        match s.mask {
+            Mask::Tree(tree) => parents.extend_from_slice(tree),
+            _ => parents.extend(std::iter::repeat_n(TREE_ROOT, s.n_new)),
+        }
+    }
+    // An empty array still needs an address.
+    parents.push(TREE_ROOT);
+    Flat {
+        sequences: DeviceBuffer::from_words(&fields),
+        block_tables: DeviceBuffer::from_words(&tables),
+        tree_parents: DeviceBuffer::from_words(&parents),
+    }
+}
 
 /// Random queries and pools for `layout`, and the CPU's attention over them.
 struct Case {
@@ -80,6 +122,14 @@ impl Case {
         let want = fetch(&cpu, &out, q.len());
         Self { params, q, k_pool, v_pool, want }
     }
+}
+
+fn layout_of(block_size: usize, sequences: &[Sequence]) -> AttentionLayout {
+    let specs: Vec<SequenceSpec<'_>> = sequences
+        .iter()
+        .map(|s| SequenceSpec { n_past: s.n_past, n_new: s.n_new, block_table: &s.table, mask: s.mask })
+        .collect();
+    AttentionLayout::new(block_size, &specs).unwrap()
 }
 
 /// attention.rs's `key_stride`.
@@ -362,6 +412,29 @@ fn mma(label: &str, width: MmaWidth, sequences: &[Sequence], block_size: usize, 
         check_q8_copy(&label, &copy, &got, DECODE_TOLERANCE);
         check_f16_copy(&label, &copy, &got, n_heads as usize * 128, DECODE_TOLERANCE);
     }
+}
+
+/// Runs `attention_mma_merge` as attention_mma.rs launches it, a warp per query, over the split
+/// states at the first two addresses, into the output and its int8 and f16 copies at the rest.
+fn merge(n_queries: usize, n_splits: usize, n_heads: usize, addresses: [&mut u64; 7]) {
+    let [stats, parts, out, out_q, out_scales, out_halves, out_half_scales] = addresses;
+    let [mut n_queries, mut n_splits, mut n_heads] = [n_queries, n_splits, n_heads].map(|v| v as u32);
+    run(
+        "attention_mma_merge",
+        LaunchShape::linear(n_queries.div_ceil(WARPS as u32), 32 * WARPS as u32),
+        &mut [
+            ptr(stats),
+            ptr(parts),
+            ptr(&mut n_queries),
+            ptr(&mut n_splits),
+            ptr(&mut n_heads),
+            ptr(out),
+            ptr(out_q),
+            ptr(out_scales),
+            ptr(out_halves),
+            ptr(out_half_scales),
+        ],
+    );
 }
 
 static TREE: [u32; 6] = [TREE_ROOT, 0, 0, 1, TREE_ROOT, 4];

@@ -113,7 +113,6 @@ pub struct AttentionLayout {
     slots: Vec<u32>,
     max_block: Option<u32>,
     max_kv_len: usize,
-    max_new: usize,
 }
 
 impl AttentionLayout {
@@ -143,7 +142,6 @@ impl AttentionLayout {
         self.slots.clear();
         self.max_block = None;
         self.max_kv_len = 0;
-        self.max_new = 0;
         Ok(())
     }
 
@@ -209,7 +207,6 @@ impl AttentionLayout {
         self.block_tables.extend_from_slice(table);
         self.max_block = table.iter().copied().chain(self.max_block).max();
         self.max_kv_len = self.max_kv_len.max(kv_len_u32 as usize);
-        self.max_new = self.max_new.max(seq.n_new);
         Ok(())
     }
 
@@ -231,11 +228,6 @@ impl AttentionLayout {
     /// The longest `n_past + n_new` of any sequence, for sizing kernel launches.
     pub fn max_kv_len(&self) -> usize {
         self.max_kv_len
-    }
-
-    /// The most new tokens of any sequence.
-    pub fn max_new(&self) -> usize {
-        self.max_new
     }
 
     /// KV pool slots the batch reads: one past the last slot of its highest block.
@@ -327,7 +319,6 @@ pub struct AttentionBatch<B: Backend> {
     n_rows: usize,
     block_size: usize,
     max_kv_len: usize,
-    max_new: usize,
     slots_needed: usize,
 }
 
@@ -342,7 +333,6 @@ impl<B: Backend> AttentionBatch<B> {
             n_rows: layout.n_rows(),
             block_size: layout.block_size,
             max_kv_len: layout.max_kv_len,
-            max_new: layout.max_new,
             slots_needed: layout.slots_needed(),
         })
     }
@@ -367,7 +357,6 @@ impl<B: Backend> AttentionBatch<B> {
             n_rows: 0,
             block_size: 1,
             max_kv_len: 0,
-            max_new: 0,
             slots_needed: 0,
         })
     }
@@ -394,7 +383,6 @@ impl<B: Backend> AttentionBatch<B> {
         self.n_rows = layout.n_rows();
         self.block_size = layout.block_size;
         self.max_kv_len = layout.max_kv_len;
-        self.max_new = layout.max_new;
         self.slots_needed = layout.slots_needed();
         Ok(())
     }
@@ -417,11 +405,6 @@ impl<B: Backend> AttentionBatch<B> {
     /// The longest `n_past + n_new` of any sequence.
     pub fn max_kv_len(&self) -> usize {
         self.max_kv_len
-    }
-
-    /// The most new tokens of any sequence.
-    pub fn max_new(&self) -> usize {
-        self.max_new
     }
 
     /// KV pool slots the batch reads.

@@ -1,6 +1,6 @@
 //! The operands of [`Backend::attention_inputs`](super::Backend::attention_inputs).
 
-use super::{AttentionBatch, AttentionParams, Backend, BackendError, RopeParams};
+use super::{Backend, BackendError, RopeParams};
 
 /// What a layer's attention inputs are made from: the projections of `n_rows` new tokens
 /// (`q_raw` is `[n_rows, q_rope.n_heads, head_dim]`; `k_raw` and `v` are
@@ -85,39 +85,12 @@ pub(crate) fn projections_then_inputs<B: Backend>(
     heads: &HeadParams<'_, B>,
     targets: AttentionTargets<'_, B>,
 ) -> Result<(), BackendError> {
-    let [q_raw, k_raw, v] = project(backend, projections, heads.n_rows)?;
-    backend.attention_inputs(&AttentionInputs { q_raw, k_raw, v, heads: *heads }, targets)
-}
-
-/// The projections' matmuls of `n_rows` rows; returns their outputs, q, k and v.
-pub(crate) fn project<'a, B: Backend>(
-    backend: &B,
-    projections: AttentionProjections<'a, B>,
-    n_rows: usize,
-) -> Result<[&'a B::Tensor; 3], BackendError> {
     let AttentionProjections { x, q: (q_weight, q_raw), k: (k_weight, k_raw), v: (v_weight, v) } =
         projections;
     backend.matmuls(
         x,
-        n_rows,
+        heads.n_rows,
         &mut [(q_weight, &mut *q_raw), (k_weight, &mut *k_raw), (v_weight, &mut *v)],
     )?;
-    Ok([q_raw, k_raw, v])
-}
-
-/// [`Backend::project_and_attend`](super::Backend::project_and_attend) as
-/// `project_attention_inputs`, then `attention`.
-pub(crate) fn project_then_attend<B: Backend>(
-    backend: &B,
-    projections: AttentionProjections<'_, B>,
-    heads: &HeadParams<'_, B>,
-    targets: AttentionTargets<'_, B>,
-    batch: &AttentionBatch<B>,
-    params: &AttentionParams,
-    out: &mut B::Tensor,
-) -> Result<(), BackendError> {
-    let AttentionTargets { q, k, k_pool, v_pool } = targets;
-    let targets = AttentionTargets { q: &mut *q, k, k_pool: &mut *k_pool, v_pool: &mut *v_pool };
-    backend.project_attention_inputs(projections, heads, targets)?;
-    backend.attention(q, k_pool, v_pool, batch, params, out)
+    backend.attention_inputs(&AttentionInputs { q_raw, k_raw, v, heads: *heads }, targets)
 }

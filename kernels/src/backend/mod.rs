@@ -284,23 +284,6 @@ pub trait Backend: Send + Sync + Sized + 'static {
         attention_inputs::projections_then_inputs(self, projections, heads, targets)
     }
 
-    /// A layer's attention from its normalised input: [`Self::project_attention_inputs`], then
-    /// [`Self::attention`] of the queries over the pools into `out`, which is what this default
-    /// does. The pools and `out` end as those two ops leave them; `targets.q` and `targets.k` are
-    /// scratch whose contents are then unspecified, as a backend may make the heads inside its
-    /// attention without storing them.
-    fn project_and_attend(
-        &self,
-        projections: AttentionProjections<'_, Self>,
-        heads: &HeadParams<'_, Self>,
-        targets: AttentionTargets<'_, Self>,
-        batch: &AttentionBatch<Self>,
-        params: &AttentionParams,
-        out: &mut Self::Tensor,
-    ) -> Result<(), BackendError> {
-        attention_inputs::project_then_attend(self, projections, heads, targets, batch, params, out)
-    }
-
     /// `out = silu(gate) * up` over the first `len` elements.
     fn swiglu(
         &self,

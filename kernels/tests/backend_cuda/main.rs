@@ -33,7 +33,6 @@ mod attention;
 #[path = "../common/mod.rs"]
 mod common;
 mod matmul;
-mod project_and_attend;
 
 use std::sync::OnceLock;
 

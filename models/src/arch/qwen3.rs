@@ -585,7 +585,8 @@ impl<B: Backend> Weights<'_, B> {
                 k_rope,
             };
             let targets = AttentionTargets { q: &mut s.q, k: &mut s.k, k_pool, v_pool };
-            backend.project_and_attend(projections, &heads, targets, &s.batch, &attention, &mut s.attn)?;
+            backend.project_attention_inputs(projections, &heads, targets)?;
+            backend.attention(&s.q, k_pool, v_pool, &s.batch, &attention, &mut s.attn)?;
             backend.matmul(&s.attn, &layer.attn_output, n, &mut s.delta)?;
             backend.add_rms_norm(&mut s.residual, &s.delta, &layer.ffn_norm, n, eps, &mut s.normed)?;
             backend.swiglu_matmuls(

@@ -14,8 +14,6 @@ use canopy_kernels::quant::GgmlType;
 
 use super::common::{Floats, Rng, random_blocks};
 
-pub mod batch;
-
 /// Host memory with the 16-byte alignment of device allocations, which the kernels' vector
 /// loads need.
 pub struct DeviceBuffer {

@@ -22,7 +22,6 @@ use std::sync::{Mutex, PoisonError};
 
 use cudarc::driver::{CudaSlice, DriverError};
 
-use super::attention_mma::Queries;
 use super::context::{Device, device_error, driver, grid, to_u32};
 use super::divisor::FastDivisor;
 use super::launch::Launch;
@@ -98,14 +97,14 @@ pub(super) fn attention(
         let detail = format!("head_dim {} exceeds the CUDA kernel's {MAX_HEAD_DIM}", params.head_dim);
         return Err(BackendError::shape(OP, detail));
     }
-    if backend.mma_attention.as_ref().is_some_and(|mma| mma.takes(params, batch.n_rows())) {
-        return launch_mma(backend, Queries::Made { q, k_pool, v_pool }, batch, params, out);
-    }
     let split_attention = &backend.split_attention;
     let mut partials = split_attention.partials.lock().unwrap_or_else(PoisonError::into_inner);
     let (mut states, mut tail) = partials
         .try_split_at_mut(STATES_LEN)
         .ok_or_else(|| device_error(OP, "the partials buffer is smaller than its states"))?;
+    if backend.mma_attention.as_ref().is_some_and(|mma| mma.takes(params, batch.n_rows())) {
+        return attention_mma::launch(backend, q, k_pool, v_pool, batch, params, &mut states, out);
+    }
     // The shape check makes n_heads a positive multiple of n_kv_heads.
     let group = params.n_heads / params.n_kv_heads;
     let heads_per_block = heads_per_block(group);
@@ -189,22 +188,6 @@ pub(super) fn attention(
     Ok(())
 }
 
-/// The tensor-core kernel's launch (attention_mma.rs), its split states in the partials buffer.
-pub(super) fn launch_mma(
-    backend: &CudaBackend,
-    queries: Queries<'_>,
-    batch: &AttentionBatch<CudaBackend>,
-    params: &AttentionParams,
-    out: &mut CudaTensor,
-) -> Result<(), BackendError> {
-    const OP: &str = "attention";
-    let mut partials = backend.split_attention.partials.lock().unwrap_or_else(PoisonError::into_inner);
-    let (mut states, _) = partials
-        .try_split_at_mut(STATES_LEN)
-        .ok_or_else(|| device_error(OP, "the partials buffer is smaller than its states"))?;
-    attention_mma::launch(backend, queries, batch, params, &mut states, out)
-}
-
 /// Pushes the arguments every attention kernel starts with: the queries, both pools, and the
 /// batch description.
 pub(super) fn push_batch_args<'a>(
@@ -215,18 +198,10 @@ pub(super) fn push_batch_args<'a>(
     n_sequences: &'a u32,
     block_size: &'a FastDivisor,
 ) {
-    launch.arg(&q.buf).arg(&k_pool.buf).arg(&v_pool.buf);
-    push_sequence_args(launch, batch, n_sequences, block_size);
-}
-
-/// Pushes the batch description, which follows the queries and pools.
-pub(super) fn push_sequence_args<'a>(
-    launch: &mut Launch<'a>,
-    batch: &'a AttentionBatch<CudaBackend>,
-    n_sequences: &'a u32,
-    block_size: &'a FastDivisor,
-) {
     launch
+        .arg(&q.buf)
+        .arg(&k_pool.buf)
+        .arg(&v_pool.buf)
         .arg(&batch.sequences.buf)
         .arg(n_sequences)
         .arg(&batch.block_tables.buf)

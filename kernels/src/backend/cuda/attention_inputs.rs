@@ -20,23 +20,39 @@ pub(super) fn attention_inputs(
     targets: AttentionTargets<'_, CudaBackend>,
 ) -> Result<(), BackendError> {
     let AttentionInputs { q_raw, k_raw, v, heads } = *inputs;
-    if !fusable(&heads) {
+    let HeadParams { q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } = heads;
+    let head_dim = q_rope.head_dim;
+    // The kernel rotates queries and keys alike and normalises whole heads; anything else takes
+    // the ops one at a time, which also report what is wrong with a malformed call.
+    let fused = k_rope.head_dim == head_dim
+        && k_rope.rotary_dim == q_rope.rotary_dim
+        && k_rope.theta == q_rope.theta
+        && k_rope.style == q_rope.style
+        && q_norm.len() == head_dim
+        && k_norm.len() == head_dim
+        && head_dim <= MAX_HEAD_DIM;
+    if !fused {
         return attention_inputs::one_op_at_a_time(backend, inputs, targets);
     }
-    let pool_rows = checked_pool_rows(inputs, &targets)?;
-    let HeadParams { q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } = heads;
     let AttentionTargets { q, k, k_pool, v_pool } = targets;
+    shape::rms_norm(OP, &[("q_raw", q_raw.len()), ("q", q.len())], q_norm, n_rows * q_rope.n_heads, eps)?;
+    shape::rms_norm(OP, &[("k_raw", k_raw.len()), ("k", k.len())], k_norm, n_rows * k_rope.n_heads, eps)?;
+    shape::rope(q, positions, n_rows, &q_rope)?;
+    shape::rope(k, positions, n_rows, &k_rope)?;
+    let kv_width = k_rope.row_len();
+    let k_rows = shape::write_kv(k_pool, k, slots, n_rows, kv_width)?;
+    let v_rows = shape::write_kv(v_pool, v, slots, n_rows, kv_width)?;
     let tasks = shape::elements(OP, n_rows, q_rope.n_heads + 2 * k_rope.n_heads)?;
     if tasks == 0 {
         return Ok(());
     }
     q.invalidate_quantized();
     k.invalidate_quantized();
-    let pool_rows = to_u32(OP, "pool rows", pool_rows)?;
+    let pool_rows = to_u32(OP, "pool rows", k_rows.min(v_rows))?;
     let n_rows = to_u32(OP, "n_rows", n_rows)?;
     let n_heads = to_u32(OP, "n_heads", q_rope.n_heads)?;
     let n_kv_heads = to_u32(OP, "n_kv_heads", k_rope.n_heads)?;
-    let head_dim = to_u32(OP, "head_dim", q_rope.head_dim)?;
+    let head_dim = to_u32(OP, "head_dim", head_dim)?;
     let rotary_dim = to_u32(OP, "rotary_dim", q_rope.rotary_dim)?;
     let neox = u32::from(q_rope.style == RopeStyle::Neox);
     let mut launch = backend.device.launch(OP, "attention_inputs")?;
@@ -67,37 +83,4 @@ pub(super) fn attention_inputs(
     // bounds-checked in the kernel, and a head fits its warp's shared memory (MAX_HEAD_DIM).
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     Ok(())
-}
-
-/// Whether the fused kernels take these heads: queries and keys rotated alike and normalised
-/// whole, within a warp's shared memory. Anything else takes the ops one at a time, which also
-/// report what is wrong with a malformed call.
-pub(super) fn fusable(heads: &HeadParams<'_, CudaBackend>) -> bool {
-    let HeadParams { q_norm, k_norm, q_rope, k_rope, .. } = heads;
-    let head_dim = q_rope.head_dim;
-    k_rope.head_dim == head_dim
-        && k_rope.rotary_dim == q_rope.rotary_dim
-        && k_rope.theta == q_rope.theta
-        && k_rope.style == q_rope.style
-        && q_norm.len() == head_dim
-        && k_norm.len() == head_dim
-        && head_dim <= MAX_HEAD_DIM
-}
-
-/// Checks the operands of a fused launch as the six ops would; returns the rows both pools hold.
-pub(super) fn checked_pool_rows(
-    inputs: &AttentionInputs<'_, CudaBackend>,
-    targets: &AttentionTargets<'_, CudaBackend>,
-) -> Result<usize, BackendError> {
-    let AttentionInputs { q_raw, k_raw, v, heads } = *inputs;
-    let HeadParams { q_norm, k_norm, eps, positions, slots, n_rows, q_rope, k_rope } = heads;
-    let AttentionTargets { q, k, k_pool, v_pool } = targets;
-    shape::rms_norm(OP, &[("q_raw", q_raw.len()), ("q", q.len())], q_norm, n_rows * q_rope.n_heads, eps)?;
-    shape::rms_norm(OP, &[("k_raw", k_raw.len()), ("k", k.len())], k_norm, n_rows * k_rope.n_heads, eps)?;
-    shape::rope(*q, positions, n_rows, &q_rope)?;
-    shape::rope(*k, positions, n_rows, &k_rope)?;
-    let kv_width = k_rope.row_len();
-    let k_rows = shape::write_kv(*k_pool, *k, slots, n_rows, kv_width)?;
-    let v_rows = shape::write_kv(*v_pool, v, slots, n_rows, kv_width)?;
-    Ok(k_rows.min(v_rows))
 }

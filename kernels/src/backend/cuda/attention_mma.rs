@@ -6,14 +6,6 @@
 //! batch is only a few such blocks, so each block's keys are also split across blocks
 //! ([`splits`]), whose softmax states `attention_mma_merge` combines.
 //!
-//! Decode and verify batches can also come straight from their q/k/v projections
-//! ([`Queries::Projected`]): `attention_mma_decode` (narrow blocks, one row a sequence) and
-//! `attention_mma_projected` (wide blocks, up to 32 rows a sequence) normalise and rotate their
-//! own queries and make and store the batch's new keys and values, so that no attention-inputs
-//! launch sits between the projections and the attention. They pass their parity tests in the
-//! CPU emulator but have not yet been measured on a device, so they are off unless
-//! `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1`.
-//!
 //! As in attention.rs, everything a launch decides depends on the shape alone, never on the
 //! context length, so a recorded verify step stays valid at every length.
 
@@ -25,15 +17,11 @@ use cudarc::driver::{CudaViewMut, LaunchConfig};
 
 use super::CudaBackend;
 use super::CudaError;
-use super::attention::{heads_per_block, push_batch_args, push_sequence_args};
-use super::context::{
-    Device, device_error, driver, enabled_from_env, grid, opted_in_from_env, rows_from_env, to_u32,
-};
+use super::attention::{heads_per_block, push_batch_args};
+use super::context::{Device, device_error, driver, enabled_from_env, grid, rows_from_env, to_u32};
 use super::divisor::FastDivisor;
 use super::memory::{CudaKvPool, CudaTensor};
-use crate::backend::{
-    AttentionBatch, AttentionInputs, AttentionParams, BackendError, HeadParams, RopeParams, RopeStyle,
-};
+use crate::backend::{AttentionBatch, AttentionParams, BackendError};
 
 /// The only head size of the kernel (`MMA_HEAD_DIM`).
 const HEAD_DIM: usize = 128;
@@ -50,47 +38,27 @@ const DEFAULT_MIN_ROWS: usize = 1;
 /// Warps in the merge's blocks (`MMA_MERGE_WARPS`), a query each.
 const MERGE_WARPS: usize = 8;
 
-/// One width of the kernel: its entry point, the warps of a block, the tiles of its ring, and the
-/// tile-sized stages past the ring that hold its queries.
+/// One width of the kernel: its entry point, the warps of a block and the tiles of its ring.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Width {
     kernel: &'static str,
     warps: usize,
     stages: usize,
-    query_stages: usize,
 }
 
 /// Blocks of 8 warps and 6 tiles (`MMA_WIDE_WARPS`, `MMA_WIDE_STAGES`): verify and prefill
 /// batches, whose rows fill several warps.
-const WIDE: Width = Width { kernel: "attention_mma", warps: 8, stages: 6, query_stages: 0 };
+const WIDE: Width = Width { kernel: "attention_mma", warps: 8, stages: 6 };
 /// Blocks of one warp and 3 tiles (`MMA_NARROW_STAGES`): decode rows, whose slots fill one warp,
 /// so that an SM holds several computing warps instead of one wide block's one.
-const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, stages: 3, query_stages: 0 };
-/// Narrow blocks that make their queries, keys and values from the projections
-/// ([`Queries::Projected`]): their queries fit the ring's last stage.
-const DECODE: Width = Width { kernel: "attention_mma_decode", ..NARROW };
-/// Wide blocks that make theirs: 128 query rows, the ring's last stage and one past it.
-const PROJECTED: Width = Width { kernel: "attention_mma_projected", query_stages: 1, ..WIDE };
-/// New rows a sequence may have in [`PROJECTED`] blocks: the new keys a block makes (a tile's).
-const MAX_PROJECTED_ROWS: usize = KEYS;
+const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
 
 impl Width {
-    /// Dynamic shared memory of a block: the ring of tiles of f16 keys and values, and the
-    /// stages past it (a wide block's 102 KB, 122 KB for [`PROJECTED`], which sm_80 and sm_90
-    /// grant a block, 163 and 227 KB, but sm_86 and sm_89 do not, 99 KB).
+    /// Dynamic shared memory of a block: the ring of tiles of f16 keys and values (a wide block's
+    /// 102 KB, which sm_80 and sm_90 grant a block, 163 and 227 KB, but sm_86 and sm_89 do not,
+    /// 99 KB).
     const fn shared_bytes(self) -> usize {
-        (self.stages + self.query_stages) * 2 * KEYS * STRIDE * size_of::<u16>()
-    }
-
-    /// Rows of a sequence a block holds with `heads_per_block` query heads a row.
-    fn rows_per_block(self, heads_per_block: usize) -> usize {
-        self.warps * ROWS / heads_per_block
-    }
-
-    /// The most new rows a sequence may have in blocks of this projected width: a decode row, or
-    /// as many as one block holds and makes keys for.
-    fn max_projected_rows(self, heads_per_block: usize) -> usize {
-        if self == DECODE { 1 } else { MAX_PROJECTED_ROWS.min(self.rows_per_block(heads_per_block)) }
+        self.stages * 2 * KEYS * STRIDE * size_of::<u16>()
     }
 
     fn threads(self) -> usize {
@@ -131,11 +99,6 @@ pub(super) struct MmaAttention {
     wide: Loaded,
     /// Absent with `CANOPY_CUDA_MMA_ATTENTION_NARROW=0`: every batch then takes wide blocks.
     narrow: Option<Loaded>,
-    /// The widths that make their queries from the projections, present with
-    /// `CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS=1` (off by default): [`DECODE`] for the batches
-    /// narrow blocks take, when there are narrow blocks, and [`PROJECTED`] for the wide ones.
-    decode: Option<Loaded>,
-    projected: Option<Loaded>,
 }
 
 impl MmaAttention {
@@ -150,57 +113,16 @@ impl MmaAttention {
             return Ok(None);
         }
         let narrow = enabled_from_env("CANOPY_CUDA_MMA_ATTENTION_NARROW");
-        let from_projections = opted_in_from_env("CANOPY_CUDA_ATTENTION_FROM_PROJECTIONS");
-        let load = |width, wanted: bool| wanted.then(|| Loaded::new(device, width)).transpose();
         Ok(Some(Self {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
             wide: Loaded::new(device, WIDE)?,
-            narrow: load(NARROW, narrow)?,
-            decode: load(DECODE, narrow && from_projections)?,
-            projected: load(PROJECTED, from_projections)?,
+            narrow: if narrow { Some(Loaded::new(device, NARROW)?) } else { None },
         }))
     }
 
     /// Whether the kernel takes a batch of `n_rows` rows with heads of `params`.
     pub fn takes(&self, params: &AttentionParams, n_rows: usize) -> bool {
         params.head_dim == HEAD_DIM && n_rows >= self.min_rows
-    }
-
-    /// Whether a batch with these heads may come straight from its projections: heads of 128
-    /// rotated NeoX-style over the whole head, and one new row a sequence in narrow blocks
-    /// ([`DECODE`]) or up to [`MAX_PROJECTED_ROWS`] in one wide block a sequence ([`PROJECTED`]).
-    pub fn attends_from_projections(
-        &self,
-        heads: &HeadParams<'_, super::CudaBackend>,
-        batch: &AttentionBatch<super::CudaBackend>,
-        params: &AttentionParams,
-    ) -> bool {
-        let heads_per_block = heads_per_block(params.n_heads / params.n_kv_heads.max(1));
-        let Some(loaded) = self.loaded(batch.n_rows(), batch.n_sequences(), heads_per_block, true) else {
-            return false;
-        };
-        self.takes(params, batch.n_rows())
-            && batch.max_new() <= loaded.width.max_projected_rows(heads_per_block)
-            && heads.n_rows == batch.n_rows()
-            && heads_fit_projected(&heads.q_rope, &heads.k_rope, params)
-    }
-
-    /// The loaded width for a batch of `n_rows` rows in `n_sequences` sequences,
-    /// `heads_per_block` query heads a block, whose queries are made already or, if `projected`,
-    /// come from the projections (`None` when those kernels are not loaded).
-    fn loaded(
-        &self,
-        n_rows: usize,
-        n_sequences: usize,
-        heads_per_block: usize,
-        projected: bool,
-    ) -> Option<&Loaded> {
-        let made = self.width(n_rows, n_sequences, heads_per_block);
-        match projected {
-            false => Some(made),
-            true if made.width == NARROW => self.decode.as_ref(),
-            true => self.projected.as_ref(),
-        }
     }
 
     /// The width for a batch of `n_rows` rows in `n_sequences` sequences, `heads_per_block` query
@@ -213,36 +135,14 @@ impl MmaAttention {
     }
 }
 
-/// Whether queries rotated by `q_rope` and keys by `k_rope` are heads the projected kernels make:
-/// of 128, rotated NeoX-style over the whole head, as many as `params` attends over. (The host's
-/// fused-inputs check also requires both ropes alike.)
-fn heads_fit_projected(q_rope: &RopeParams, k_rope: &RopeParams, params: &AttentionParams) -> bool {
-    q_rope.style == RopeStyle::Neox
-        && q_rope.rotary_dim == HEAD_DIM
-        && q_rope.head_dim == HEAD_DIM
-        && (q_rope.n_heads, k_rope.n_heads) == (params.n_heads, params.n_kv_heads)
-}
-
-/// What the kernel's queries come from.
-pub(super) enum Queries<'a> {
-    /// Queries made already, with the pools that hold every key the batch reads.
-    Made { q: &'a CudaTensor, k_pool: &'a CudaKvPool, v_pool: &'a CudaKvPool },
-    /// Rows' projections and head parameters ([`MmaAttention::attends_from_projections`]),
-    /// with the pools that take their keys and values, which hold `pool_rows` rows.
-    Projected {
-        inputs: AttentionInputs<'a, CudaBackend>,
-        k_pool: &'a mut CudaKvPool,
-        v_pool: &'a mut CudaKvPool,
-        pool_rows: u32,
-    },
-}
-
 /// Launches the kernel, and the merge when it splits, with the split states in `states`; the
-/// caller has checked the shapes and [`MmaAttention::takes`] (or, for projected queries,
-/// [`MmaAttention::attends_from_projections`]).
+/// caller has checked the shapes and [`MmaAttention::takes`].
+#[allow(clippy::too_many_arguments)]
 pub(super) fn launch(
     backend: &CudaBackend,
-    queries: Queries<'_>,
+    q: &CudaTensor,
+    k_pool: &CudaKvPool,
+    v_pool: &CudaKvPool,
     batch: &AttentionBatch<CudaBackend>,
     params: &AttentionParams,
     states: &mut CudaViewMut<'_, f32>,
@@ -252,14 +152,12 @@ pub(super) fn launch(
     let group = params.n_heads / params.n_kv_heads;
     let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
-    let projected = matches!(queries, Queries::Projected { .. });
-    let loaded = backend
-        .mma_attention
-        .as_ref()
-        .and_then(|mma| mma.loaded(batch.n_rows(), batch.n_sequences(), heads_per_block, projected))
-        .ok_or_else(|| device_error(OP, "the tensor-core attention for these queries is not loaded"))?;
+    let loaded = match &backend.mma_attention {
+        Some(mma) => mma.width(batch.n_rows(), batch.n_sequences(), heads_per_block),
+        None => return Err(device_error(OP, "the tensor-core attention is not loaded")),
+    };
     let width = loaded.width;
-    let rows_per_block = width.rows_per_block(heads_per_block);
+    let rows_per_block = width.warps * ROWS / heads_per_block;
     let filled_row_blocks = batch.n_rows().div_ceil(rows_per_block);
     // Each sequence's rows start a row block of their own, so there are at most this many (each
     // sequence after the first adds at most one block to those its rows fill).
@@ -289,17 +187,7 @@ pub(super) fn launch(
     let n_kv_heads = to_u32(OP, "n_kv_heads", params.n_kv_heads)?;
     let heads_per_block = to_u32(OP, "heads per block", heads_per_block)?;
     let mut launch = device.launch(OP, width.kernel)?;
-    let projected = match queries {
-        Queries::Made { q, k_pool, v_pool } => {
-            push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
-            None
-        }
-        Queries::Projected { inputs, k_pool, v_pool, pool_rows } => {
-            launch.arg(&inputs.q_raw.buf).arg(&mut k_pool.buf).arg(&mut v_pool.buf);
-            push_sequence_args(&mut launch, batch, &n_sequences, &block_size);
-            Some((inputs, pool_rows))
-        }
-    };
+    push_batch_args(&mut launch, q, [k_pool, v_pool], batch, &n_sequences, &block_size);
     launch
         .arg(&n_heads)
         .arg(&n_kv_heads)
@@ -309,26 +197,11 @@ pub(super) fn launch(
         .arg(&mut stats)
         .arg(&mut parts)
         .arg(&mut out.buf);
-    if let Some((inputs, pool_rows)) = &projected {
-        let heads = &inputs.heads;
-        launch
-            .arg(&inputs.k_raw.buf)
-            .arg(&inputs.v.buf)
-            .arg(&heads.q_norm.buf)
-            .arg(&heads.k_norm.buf)
-            .arg(&heads.eps)
-            .arg(&heads.positions.buf)
-            .arg(&heads.slots.buf)
-            .arg(pool_rows)
-            .arg(&heads.q_rope.theta);
-    }
     // SAFETY: the caller's shape check sizes `q`, `out` and both pools against the batch, whose
     // arrays come from a validated layout; the kernel reads only keys below each row's end, which
     // lie inside its sequence's block table, and writes only rows of the batch; `splits` keeps
     // the n_queries x splits states (two floats in `stats`, HEAD_DIM in `parts` each) within
-    // `states`. Projected queries come with their operands checked as attention_inputs checks
-    // them (norm weights of a head, a position and a slot a row), and the kernel stores keys and
-    // values only at slots below `pool_rows`.
+    // `states`.
     unsafe { launch.launch(config) }.map_err(driver(OP))?;
     if splits == 1 {
         return Ok(());
@@ -390,8 +263,6 @@ mod tests {
             min_rows: 2,
             wide: Loaded { width: WIDE, blocks_per_sm: 1 },
             narrow: narrow.then_some(Loaded { width: NARROW, blocks_per_sm: 4 }),
-            decode: narrow.then_some(Loaded { width: DECODE, blocks_per_sm: 4 }),
-            projected: Some(Loaded { width: PROJECTED, blocks_per_sm: 1 }),
         }
     }
 
@@ -420,45 +291,9 @@ mod tests {
     }
 
     #[test]
-    fn projected_queries_take_the_projected_kernel_of_their_width() {
-        let loaded = |mma: &MmaAttention, n_rows, n_sequences| {
-            mma.loaded(n_rows, n_sequences, 4, true).map(|loaded| loaded.width)
-        };
-        assert_eq!(loaded(&attention(true), 1, 1), Some(DECODE));
-        assert_eq!(loaded(&attention(true), 23, 1), Some(PROJECTED));
-        assert_eq!(loaded(&attention(false), 1, 1), Some(PROJECTED));
-        assert_eq!(attention(true).loaded(23, 1, 4, false).map(|loaded| loaded.width), Some(WIDE));
-        // A decode block makes one new key; a wide one a tile's, in the rows it holds.
-        assert_eq!(DECODE.max_projected_rows(4), 1);
-        assert_eq!(PROJECTED.max_projected_rows(4), 32);
-        assert_eq!(PROJECTED.max_projected_rows(8), 16);
-        assert_eq!(PROJECTED.max_projected_rows(1), 32);
-    }
-
-    #[test]
-    fn projected_heads_are_heads_of_128_rotated_neox_over_the_whole_head() {
-        let params = AttentionParams { n_heads: 32, n_kv_heads: 8, head_dim: 128, scale: 1.0 };
-        let rope = |n_heads, head_dim, rotary_dim, style| RopeParams {
-            n_heads,
-            head_dim,
-            rotary_dim,
-            theta: 1_000_000.0,
-            style,
-        };
-        let qwen3 = |n_heads| rope(n_heads, 128, 128, RopeStyle::Neox);
-        assert!(heads_fit_projected(&qwen3(32), &qwen3(8), &params));
-        assert!(!heads_fit_projected(&rope(32, 128, 128, RopeStyle::Normal), &qwen3(8), &params));
-        assert!(!heads_fit_projected(&rope(32, 128, 64, RopeStyle::Neox), &qwen3(8), &params));
-        assert!(!heads_fit_projected(&rope(64, 64, 64, RopeStyle::Neox), &qwen3(8), &params));
-        assert!(!heads_fit_projected(&qwen3(32), &qwen3(4), &params));
-        assert!(!heads_fit_projected(&qwen3(16), &qwen3(8), &params));
-    }
-
-    #[test]
     fn the_rings_fit_where_the_kernel_is_loaded() {
         // sm_90 grants a block 227 KB; the narrow ring leaves room for four blocks.
         assert_eq!(WIDE.shared_bytes(), 104_448);
-        assert_eq!(PROJECTED.shared_bytes(), 121_856);
         assert!(4 * NARROW.shared_bytes() <= 227 * 1024);
     }
 }

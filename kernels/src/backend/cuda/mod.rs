@@ -22,7 +22,6 @@
 //! Failures of the device itself are reported as [`BackendError::Device`].
 
 mod attention;
-mod attention_from_projections;
 mod attention_inputs;
 mod attention_mma;
 mod cache;
@@ -60,8 +59,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::{
-    AttentionBatch, AttentionInputs, AttentionParams, AttentionProjections, AttentionTargets, Backend,
-    BackendError, HeadParams, RopeParams, shape,
+    AttentionBatch, AttentionInputs, AttentionParams, AttentionTargets, Backend, BackendError, RopeParams,
+    shape,
 };
 use crate::quant::GgmlType;
 use attention::SplitAttention;
@@ -315,18 +314,6 @@ impl Backend for CudaBackend {
         targets: AttentionTargets<'_, Self>,
     ) -> Result<(), BackendError> {
         attention_inputs::attention_inputs(self, inputs, targets)
-    }
-
-    fn project_and_attend(
-        &self,
-        projections: AttentionProjections<'_, Self>,
-        heads: &HeadParams<'_, Self>,
-        targets: AttentionTargets<'_, Self>,
-        batch: &AttentionBatch<Self>,
-        params: &AttentionParams,
-        out: &mut CudaTensor,
-    ) -> Result<(), BackendError> {
-        attention_from_projections::project_and_attend(self, projections, heads, targets, batch, params, out)
     }
 
     fn write_kv(

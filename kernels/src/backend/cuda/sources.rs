@@ -171,8 +171,6 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "attention_rows_dim512",
             "attention_mma",
             "attention_mma_narrow",
-            "attention_mma_decode",
-            "attention_mma_projected",
             "attention_mma_merge",
         ],
     },
