@@ -19,9 +19,8 @@ __device__ __forceinline__ float rotated(const float *h, u32 d, u32 rotary_dim, 
     const u32 pair = neox ? (leading ? d : d - pairs) : d / 2;
     const u32 ia = neox ? pair : 2 * pair;
     const u32 ib = neox ? pair + pairs : 2 * pair + 1;
-    const float inv_freq = 1.0f / powf(theta, (float)(2 * pair) / (float)rotary_dim);
     float sin_angle, cos_angle;
-    sincosf(position * inv_freq, &sin_angle, &cos_angle);
+    rope_angle(position, pair, rotary_dim, theta, &sin_angle, &cos_angle);
     const float a = h[ia];
     const float b = h[ib];
     return leading ? a * cos_angle - b * sin_angle : a * sin_angle + b * cos_angle;

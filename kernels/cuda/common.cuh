@@ -54,6 +54,15 @@ __device__ __forceinline__ float f16_bits_to_f32(u16 bits) {
     return __half2float(__ushort_as_half(bits));
 }
 
+// RoPE: the sine and cosine of rotation pair `pair` of a head whose first rotary_dim dimensions
+// rotate, at `position`. Computed in f32 like the reference implementations (and the CPU
+// backend's rope.rs), so that results match theirs.
+__device__ __forceinline__ void rope_angle(float position, u32 pair, u32 rotary_dim, float theta, float *sin_angle,
+                                           float *cos_angle) {
+    const float inv_freq = 1.0f / powf(theta, (float)(2 * pair) / (float)rotary_dim);
+    sincosf(position * inv_freq, sin_angle, cos_angle);
+}
+
 // A KV pool element: the f16 nearest `x`, saturating at f16's largest finite magnitude so that
 // an outlier stays finite (an infinite key would turn the softmax into NaNs); NaN stays NaN.
 __device__ __forceinline__ u16 f32_to_kv(float x) {

@@ -13,10 +13,8 @@ extern "C" __global__ void rope(float *x, const u32 *positions, u32 n_rows, u32 
     const u32 pair = task % pairs;
     const size_t head = task / pairs;
     const u32 row = head / n_heads;
-    // Computed in f32 like the reference implementations, so that results match theirs.
-    const float inv_freq = 1.0f / powf(theta, (float)(2 * pair) / (float)rotary_dim);
     float sin_angle, cos_angle;
-    sincosf((float)positions[row] * inv_freq, &sin_angle, &cos_angle);
+    rope_angle((float)positions[row], pair, rotary_dim, theta, &sin_angle, &cos_angle);
     float *h = x + head * head_dim;
     const u32 ia = neox ? pair : 2 * pair;
     const u32 ib = neox ? pair + pairs : 2 * pair + 1;
