@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile] [narrow] [skip]
+#        [ab-verify] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile] [narrow] [skip]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -278,4 +278,17 @@ if has ab; then
                 --forward 1 --repetitions 3 2>&1 | grep -E "tg|fwd"
         done
     done | tee "$out/ab.txt"
+fi
+if has ab-verify; then
+    # The short A/B of the verify matmuls' experiments: decode and the verify sizes on an empty
+    # context only, three rounds, one line a run (tg128 in ms for its 128 tokens, fwd in ms).
+    need_q8b
+    builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
+    for round in 1 2 3; do
+        for build in $builds canopy; do
+            echo "$build (round $round):" $("$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
+                --decode 128 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "^\|.*(tg|fwd)" | tr -s ' ' |
+                cut -d'|' -f4,6)
+        done
+    done | tee "$out/ab-verify.txt"
 fi
