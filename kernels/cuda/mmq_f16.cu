@@ -121,10 +121,10 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
     __device__ static void load(const u8 *row, u32, u32 group, int t, Raw &raw) {
         const u8 *block = row + (size_t)group * Q4_K_BYTES;
         const u8 *part = block + 16 + 32 * PART_PAIRS * k_part() + 8 * t;
-        raw.head = *(const uint4 *)block;
+        raw.head = load_weights_16(block);
 #pragma unroll
         for (int i = 0; i < PART_PAIRS; ++i) {
-            raw.qs[i] = *(const uint2 *)(part + 32 * i);
+            raw.qs[i] = load_weights_8(part + 32 * i);
         }
     }
     template <int NF, int NT>
@@ -189,10 +189,10 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
     __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
         const u8 *block = row + (size_t)group * Q6_K_QUANT_BYTES;
         const int h = k_part();
-        raw.ql[0] = *(const uint2 *)(block + 64 * h + 8 * t);
-        raw.ql[1] = *(const uint2 *)(block + 64 * h + 32 + 8 * t);
-        raw.qh = *(const uint2 *)(block + 128 + 32 * h + 8 * t);
-        raw.scales = *(const uint2 *)(block + 192 + 8 * h);
+        raw.ql[0] = load_weights_8(block + 64 * h + 8 * t);
+        raw.ql[1] = load_weights_8(block + 64 * h + 32 + 8 * t);
+        raw.qh = load_weights_8(block + 128 + 32 * h + 8 * t);
+        raw.scales = load_weights_8(block + 192 + 8 * h);
         raw.d = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
     }
     template <int NF, int NT>
