@@ -27,6 +27,8 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=c
 ldconfig -p | grep -E "libcublas\.|libnvrtc\." | head -4
 
 has() { [[ " $steps " == *" $1 "* ]]; }
+# The builds of pack.sh's revisions (canopy-<revision>), for the A/B steps.
+packed_builds() { (cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$'); }
 # Nsight Compute's metrics for each stall reason's cycles per issued instruction.
 stall_reasons="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 
@@ -268,9 +270,8 @@ if has ab; then
     # 0.6B's decode on an empty context and after 4096 tokens too.
     need_q8b
     need_q06
-    builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
     for round in 1 2; do
-        for build in $builds canopy; do
+        for build in $(packed_builds) canopy; do
             echo "== $build (round $round)"
             "$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --depths 0,16384 \
                 --forward 1,8,23,32,64 --repetitions 3 2>&1 | grep -E "tg|fwd"
@@ -283,9 +284,8 @@ if has ab-verify; then
     # The short A/B of the verify matmuls' experiments: decode and the verify sizes on an empty
     # context only, three rounds, one line a run (tg128 in ms for its 128 tokens, fwd in ms).
     need_q8b
-    builds=$(cd "$bin" && ls canopy-* 2>/dev/null | grep -v '\.tar\.xz$')
     for round in 1 2 3; do
-        for build in $builds canopy; do
+        for build in $(packed_builds) canopy; do
             echo "$build (round $round):" $("$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
                 --decode 128 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "^\|.*(tg|fwd)" | tr -s ' ' |
                 cut -d'|' -f4,6)
