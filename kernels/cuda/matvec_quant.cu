@@ -355,6 +355,9 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
         }
         // Warps without a group have not waited yet.
         wait_for_previous_kernel();
+        if (first + TILE >= n_rows) {
+            let_next_kernel_start();
+        }
         store_block_sums<QMATVEC_WARPS, ROWS, TILE>(acc, row0, rows, first, tile, out);
     }
 }
