@@ -91,6 +91,8 @@ fn swiglu_q8_matches_cpu() {
         let mut copy = Q8Copy::zeroed(len);
         let (mut gate_ptr, mut up_ptr, mut n_quads, mut out_ptr) =
             (gate_buf.address(), up_buf.address(), (len / 4) as u32, out.address());
+        // A decode row's down projection follows: the kernel lets it start early.
+        let mut next_rows = 1u32;
         let (mut q_ptr, mut scales_ptr) = (copy.values.address(), copy.scales.address());
         run(
             "swiglu_q8",
@@ -99,6 +101,7 @@ fn swiglu_q8_matches_cpu() {
                 ptr(&mut gate_ptr),
                 ptr(&mut up_ptr),
                 ptr(&mut n_quads),
+                ptr(&mut next_rows),
                 ptr(&mut out_ptr),
                 ptr(&mut q_ptr),
                 ptr(&mut scales_ptr),

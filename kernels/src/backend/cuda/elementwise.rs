@@ -29,12 +29,15 @@ pub(super) fn add(
 }
 
 /// When `len` is a whole number of blocks of 32, the kernel also writes the int8 copy of `out`
-/// (see matmul.rs), which spares the down projection its quantize_q8 launch.
+/// (see matmul.rs), which spares the down projection its quantize_q8 launch. `next_matmul_rows`:
+/// the input rows of the matmul that reads `out` next, when one does, so that the kernel may let
+/// it start early (`let_next_matmul_start` in common.cuh).
 pub(super) fn swiglu(
     backend: &CudaBackend,
     gate: &CudaTensor,
     up: &CudaTensor,
     len: usize,
+    next_matmul_rows: Option<usize>,
     out: &mut CudaTensor,
 ) -> Result<(), BackendError> {
     const OP: &str = "swiglu";
@@ -53,8 +56,9 @@ pub(super) fn swiglu(
     }
     let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
     let n_quads = to_u32(OP, "len / 4", len / 4)?;
+    let next_rows = to_u32(OP, "next matmul rows", next_matmul_rows.unwrap_or(0))?;
     let mut launch = device.launch(OP, "swiglu_q8")?;
-    launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&mut out.buf);
+    launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&next_rows).arg(&mut out.buf);
     let buffers = copy.buffers(device, OP, len, 1, false)?;
     launch.arg(buffers.values).arg(buffers.scales);
     // SAFETY: the shape check guarantees every buffer holds `len` elements, a whole number of

@@ -371,7 +371,22 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) -> Result<(), BackendError> {
         out.invalidate_quantized();
-        elementwise::swiglu(self, gate, up, len, out)
+        elementwise::swiglu(self, gate, up, len, None, out)
+    }
+
+    fn swiglu_matmuls(
+        &self,
+        x: &CudaTensor,
+        n_rows: usize,
+        (gate_weight, gate): (&CudaWeight, &mut CudaTensor),
+        (up_weight, up): (&CudaWeight, &mut CudaTensor),
+        act: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        let len = shape::swiglu_matmuls(x, n_rows, (gate_weight, &*gate), (up_weight, &*up), &*act)?;
+        self.matmuls(x, n_rows, &mut [(gate_weight, &mut *gate), (up_weight, &mut *up)])?;
+        act.invalidate_quantized();
+        // The down projection reads `act` next, with the same rows.
+        elementwise::swiglu(self, gate, up, len, Some(n_rows), act)
     }
 
     fn add(&self, acc: &mut CudaTensor, x: &CudaTensor, len: usize) -> Result<(), BackendError> {
