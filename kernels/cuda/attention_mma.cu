@@ -8,7 +8,7 @@
 // split kernels of attention.cu read it once per row. For Qwen3-8B a block holds a whole 23-row
 // verify batch of one KV head (92 slots), or a decode row's 4 query heads.
 //
-// The block walks its keys in tiles of MMA_KEYS, copied by cp.async from the f16 pools into a ring
+// The block walks its keys in tiles of KEYS keys, copied by cp.async from the f16 pools into a ring
 // of tiles in shared memory, keys and values alike row-major, all but one of them ahead of the one
 // the warps work on. Each warp scores its 16 slots against the tile with
 // mma.m16n8k16 (f16 in, f32 accumulate), the keys' fragments coming from ldmatrix, folds the
@@ -17,9 +17,10 @@
 // ldmatrix's transpose turns the row-major values into B fragments. Keys a row does not see score
 // -inf, and tiles past the block's last row are not read.
 //
-// The kernel comes in two widths: attention_mma's blocks have 8 warps sharing a ring of 6 tiles,
-// for verify and prefill batches, whose rows fill several warps; attention_mma_narrow's have one
-// warp and a ring of 3, for decode rows and other batches of up to 16 slots a sequence. Such a
+// The kernel comes in two widths: attention_mma's blocks have 8 warps sharing a ring of 6 tiles
+// (attention_mma_long's 3 tiles of twice the keys), for verify and prefill batches, whose rows
+// fill several warps; attention_mma_narrow's have one warp and a ring of 3, for decode rows and
+// other batches of up to 16 slots a sequence. Such a
 // batch leaves seven of a wide block's warps copying only, and an SM holds a single wide block
 // (its registers), so it would have one warp computing, where it holds four narrow blocks.
 //
@@ -34,15 +35,28 @@
 // The fragments of mma_f16 and load_matrices are laid out as common.cuh describes.
 #define MMA_HEAD_DIM 128
 #define MMA_ROWS 16
-#define MMA_KEYS 32
-// Warps of the wide and the narrow blocks, their rings' tiles, and the tiles a split block of each
-// reads at least: fewer would cost the merge more than they save. Wide splits of at least 8 tiles
-// gave a 23-row verify after 512 tokens (16 tiles) two busy splits a block; splits of 2 made it 5 %
-// faster (H100: fwd23@d512 4.96 -> 4.72 ms, fwd8@d512 4.03 -> 3.85), with no change on an empty
-// context or after 16384 tokens.
+// Warps of the wide and the narrow blocks, the keys of their tiles, their rings' tiles, and the
+// tiles a split block of each reads at least: fewer would cost the merge more than they save. Wide
+// splits of at least 8 tiles gave a 23-row verify after 512 tokens (16 tiles) two busy splits a
+// block; splits of 2 made it 5 % faster (H100: fwd23@d512 4.96 -> 4.72 ms, fwd8@d512 4.03 ->
+// 3.85), with no change on an empty context or after 16384 tokens.
+//
+// attention_mma_long, the wide blocks the host takes after a long context (attention_mma.rs),
+// walks tiles of 64 keys in a ring of 3 (the same shared memory): each warp's chain through a tile
+// (its scores, the softmax's reductions, the rescale of its output, the weighted values) and the
+// block's barrier a tile set the pace of a long context (session 22's profile: 6.27 cycles between
+// a warp's instructions), and tiles of 64 halve them a key. H100: fwd23 after 16384 tokens 6.25
+// -> 6.07 ms, fwd8 5.22 -> 4.98; on an empty context, where a verify batch has a tile of keys, the
+// wider tile's dead keys cost more (fwd23 4.31 -> 4.38 ms). One kernel holding both tile sizes
+// behind a branch made both slower (fwd23 4.57 ms on an empty context).
 #define MMA_WIDE_WARPS 8
+#define MMA_WIDE_KEYS 32
 #define MMA_WIDE_STAGES 6
 #define MMA_WIDE_MIN_SPLIT_TILES 2
+#define MMA_LONG_KEYS 64
+#define MMA_LONG_STAGES 3
+#define MMA_LONG_MIN_SPLIT_TILES 1
+#define MMA_NARROW_KEYS 32
 #define MMA_NARROW_STAGES 3
 #define MMA_NARROW_MIN_SPLIT_TILES 2
 // Warps of attention_mma_merge's blocks, a query each.
@@ -56,9 +70,10 @@ __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
     return *(const u32 *)&h;
 }
 
-// Where stage `stage` of the ring keeps its tile: the keys' rows, then the values' rows.
-__device__ __forceinline__ __half *mma_stage(uint4 *ring, u32 stage) {
-    return (__half *)ring + stage * 2 * MMA_KEYS * MMA_STRIDE;
+// Where stage `stage` of a ring of KEYS-key tiles keeps its tile: the keys' rows, then the values'
+// rows.
+template <int KEYS> __device__ __forceinline__ __half *mma_stage(uint4 *ring, u32 stage) {
+    return (__half *)ring + stage * 2 * KEYS * MMA_STRIDE;
 }
 
 // Starts copying the tile of keys from first_key into `stage`, a commit group of its own (empty
@@ -66,7 +81,7 @@ __device__ __forceinline__ __half *mma_stage(uint4 *ring, u32 stage) {
 // the copies. KEY_THREADS threads copy a key row (and its value row), thread k of them its 16-byte
 // chunks k, k + KEY_THREADS, ..., from one lookup of the row's pool offset, at constant offsets
 // from it. Keys past the block's last row become zeros.
-template <int THREADS>
+template <int THREADS, int KEYS>
 __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16 *k_pool, const u16 *v_pool,
                                                const KeyRange &keys, u32 first_key, bool live_tile) {
     constexpr int CHUNKS = MMA_HEAD_DIM / 8;
@@ -75,12 +90,12 @@ __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16
     // of lanes per row in the narrow blocks (16 rows' 32-byte pieces an instruction, eight times
     // fewer offset lookups) decoded Qwen3-8B after 16384 tokens at 249 tok/s where half-warps
     // give 268 (H100, same call).
-    constexpr int KEY_THREADS = THREADS >= 8 * MMA_KEYS ? 8 : CHUNKS;
+    constexpr int KEY_THREADS = THREADS >= 8 * KEYS ? 8 : CHUNKS;
     constexpr int PASS_KEYS = THREADS / KEY_THREADS;
-    static_assert(MMA_KEYS % PASS_KEYS == 0, "whole passes over the tile's keys");
-    constexpr int PASSES = MMA_KEYS / PASS_KEYS;
-    __half *k_tile = mma_stage(ring, stage);
-    __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
+    static_assert(KEYS % PASS_KEYS == 0, "whole passes over the tile's keys");
+    constexpr int PASSES = KEYS / PASS_KEYS;
+    __half *k_tile = mma_stage<KEYS>(ring, stage);
+    __half *v_tile = k_tile + KEYS * MMA_STRIDE;
     if (live_tile) {
         const u32 chunk = threadIdx.x % KEY_THREADS;
 #pragma unroll
@@ -109,8 +124,8 @@ __device__ __forceinline__ void fetch_mma_tile(uint4 *ring, u32 stage, const u16
 // 16 w .. 16 w + 15: a verify batch's rows and a decode row's query heads alike fill the mma
 // tiles' rows. Row blocks are numbered sequence after sequence; grid.x may exceed their count (the
 // host bounds it by rows / rows per block, rounded up, + sequences - 1), and blocks past it leave.
-// Dynamic shared memory holds the ring of STAGES tiles.
-template <int WARPS, int STAGES, int SPLIT_TILES>
+// Dynamic shared memory holds the ring of STAGES tiles of KEYS keys.
+template <int WARPS, int KEYS, int STAGES, int SPLIT_TILES>
 __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k_pool, const u16 *v_pool,
                                                     const u32 *sequences, u32 n_sequences, const u32 *block_tables,
                                                     const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
@@ -172,7 +187,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
     // The block reads keys up to its last row's end, which is the latest of its rows'.
     const KeyRange block_keys = keys_of_row(seq, block_tables, tree_parents, block_size,
                                             block_first_row + block_rows - 1, kv_row_len, kv_offset);
-    const u32 n_key_tiles = (block_keys.end + MMA_KEYS - 1) / MMA_KEYS;
+    const u32 n_key_tiles = (block_keys.end + KEYS - 1) / KEYS;
     const u32 split_tiles = max((n_key_tiles + n_splits - 1) / n_splits, (u32)SPLIT_TILES);
     const u32 first_tile = min(blockIdx.z * split_tiles, n_key_tiles);
     const u32 end_tile = min(first_tile + split_tiles, n_key_tiles);
@@ -193,7 +208,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
     // The first tiles of the ring are on their way while the warps load their queries.
 #pragma unroll
     for (u32 stage = 0; stage + 1 < STAGES; ++stage) {
-        fetch_mma_tile<THREADS>(mma_ring, stage, k_pool, v_pool, block_keys, (first_tile + stage) * MMA_KEYS,
+        fetch_mma_tile<THREADS, KEYS>(mma_ring, stage, k_pool, v_pool, block_keys, (first_tile + stage) * KEYS,
                        first_tile + stage < end_tile);
     }
 
@@ -228,23 +243,23 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
     const u32 v_lane_offset = (8 * ((lane / 8) % 2) + lane % 8) * MMA_STRIDE + 8 * (lane / 16);
 
     for (u32 key_tile = first_tile; key_tile < end_tile; ++key_tile) {
-        const u32 first_key = key_tile * MMA_KEYS;
+        const u32 first_key = key_tile * KEYS;
         // This thread's copies of the tile are in; the barrier makes everyone's visible, and puts
         // every warp's work on the previous tile before its stage is refilled below.
         copy_async_wait_pending<STAGES - 2>();
         __syncthreads();
         const u32 ahead = key_tile + STAGES - 1;
-        fetch_mma_tile<THREADS>(mma_ring, (ahead - first_tile) % STAGES, k_pool, v_pool, block_keys, ahead * MMA_KEYS,
+        fetch_mma_tile<THREADS, KEYS>(mma_ring, (ahead - first_tile) % STAGES, k_pool, v_pool, block_keys, ahead * KEYS,
                        ahead < end_tile);
         if (!warp_live) {
             continue;
         }
-        const __half *k_tile = mma_stage(mma_ring, (key_tile - first_tile) % STAGES);
-        const __half *v_tile = k_tile + MMA_KEYS * MMA_STRIDE;
+        const __half *k_tile = mma_stage<KEYS>(mma_ring, (key_tile - first_tile) % STAGES);
+        const __half *v_tile = k_tile + KEYS * MMA_STRIDE;
         // Scores of the warp's 16 rows against the tile's keys, 8 keys per accumulator.
-        float s[MMA_KEYS / 8][4];
+        float s[KEYS / 8][4];
 #pragma unroll
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
+        for (int n = 0; n < KEYS / 8; ++n) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
             for (int c = 0; c < MMA_HEAD_DIM / 16; c += 2) {
@@ -256,9 +271,9 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         }
         // Mask and scale, then each row's tile maximum over its four lanes. Keys of the committed
         // context are seen by every row.
-        if (first_key + MMA_KEYS > n_past) {
+        if (first_key + KEYS > n_past) {
 #pragma unroll
-            for (int n = 0; n < MMA_KEYS / 8; ++n) {
+            for (int n = 0; n < KEYS / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     if (!row_sees(row_keys[e / 2], first_key + n * 8 + 2 * t + (e % 2))) {
@@ -269,7 +284,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         }
         float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
+        for (int n = 0; n < KEYS / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 s[n][e] *= scale;
@@ -288,7 +303,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         }
         float tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
+        for (int n = 0; n < KEYS / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = e / 2;
@@ -312,7 +327,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         // The weights as A fragments, 16 keys at a time, times the values, two blocks of 8
         // dimensions a load.
 #pragma unroll
-        for (int c = 0; c < MMA_KEYS / 16; ++c) {
+        for (int c = 0; c < KEYS / 16; ++c) {
             const u32 p_frag[4] = {pack_half2(s[2 * c][0], s[2 * c][1]), pack_half2(s[2 * c][2], s[2 * c][3]),
                                    pack_half2(s[2 * c + 1][0], s[2 * c + 1][1]),
                                    pack_half2(s[2 * c + 1][2], s[2 * c + 1][3])};
@@ -361,7 +376,17 @@ extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
                   const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
                   u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts,
                   float *out) {
-    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES>(
+    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_KEYS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES>(
+        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
+        heads_per_block, n_splits, stats, parts, out);
+}
+
+extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
+    attention_mma_long(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences, u32 n_sequences,
+                       const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
+                       u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts,
+                       float *out) {
+    attention_mma_block<MMA_WIDE_WARPS, MMA_LONG_KEYS, MMA_LONG_STAGES, MMA_LONG_MIN_SPLIT_TILES>(
         q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
         heads_per_block, n_splits, stats, parts, out);
 }
@@ -371,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE)
                          u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
                          u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits,
                          float2 *stats, float *parts, float *out) {
-    attention_mma_block<1, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES>(
+    attention_mma_block<1, MMA_NARROW_KEYS, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES>(
         q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
         heads_per_block, n_splits, stats, parts, out);
 }

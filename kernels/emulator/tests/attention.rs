@@ -41,17 +41,18 @@ const TILE_LOADS: usize = 4;
 const SHARED_FLOATS: usize = (48 * 1024 - 256) / 4;
 const SM_COUNT: usize = 132;
 
-/// One of attention_mma.rs's widths: the kernel, warps a block and tiles in its ring (of 32 keys
-/// and 32 values, rows of 136 halves).
+/// One of attention_mma.rs's widths: the kernel, warps a block and keys its ring of tiles holds
+/// (of keys and values alike, rows of 136 halves).
 #[derive(Clone, Copy)]
 struct MmaWidth {
     kernel: &'static str,
     warps: usize,
-    stages: usize,
+    ring_keys: usize,
 }
 
-const WIDE: MmaWidth = MmaWidth { kernel: "attention_mma", warps: 8, stages: 6 };
-const NARROW: MmaWidth = MmaWidth { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
+const WIDE: MmaWidth = MmaWidth { kernel: "attention_mma", warps: 8, ring_keys: 6 * 32 };
+const LONG: MmaWidth = MmaWidth { kernel: "attention_mma_long", warps: 8, ring_keys: 3 * 64 };
+const NARROW: MmaWidth = MmaWidth { kernel: "attention_mma_narrow", warps: 1, ring_keys: 3 * 32 };
 
 /// One sequence: its shape and its pool blocks.
 struct Sequence {
@@ -370,7 +371,7 @@ fn mma(label: &str, width: MmaWidth, sequences: &[Sequence], block_size: usize, 
     let shape = LaunchShape {
         grid: [row_blocks as u32, n_kv_heads * chunks as u32, n_splits],
         block: [32 * width.warps as u32, 1, 1],
-        dynamic_shared_bytes: width.stages * 2 * 32 * 136 * 2,
+        dynamic_shared_bytes: width.ring_keys * 2 * 136 * 2,
     };
     run(
         width.kernel,
@@ -515,21 +516,28 @@ fn mma_attention_matches_cpu_for_every_mask() {
 }
 
 /// A verify batch: a tree of 23 draft tokens (a binary tree) after 700 keys in blocks of 12 (no
-/// power of two), whose 22 tiles of keys split 4 ways take 8, 8 and 6 tiles and leave the fourth
-/// split none; the rows of Qwen3-8B's groups of 4 fill one block.
+/// power of two), whose 22 tiles of 32 keys split 4 ways take 8, 8 and 6 tiles and leave the
+/// fourth split none, and whose 12 tiles of 64 (the long width's) take 3 a split; the rows of
+/// Qwen3-8B's groups of 4 fill one block. In the same launch, a causal chunk of 5 rows after 37
+/// keys.
 #[test]
 fn mma_attention_splits_a_verify_batch_after_a_long_context() {
     let mut rng = Rng::new(84);
     let parents: Vec<u32> = (0..23u32).map(|i| if i == 0 { TREE_ROOT } else { (i - 1) / 2 }).collect();
     let parents: &'static [u32] = Box::leak(parents.into_boxed_slice());
     let (n_past, block_size) = (700usize, 12);
-    let table: Vec<u32> = (0..(n_past + 23).div_ceil(block_size) as u32).rev().collect();
-    let sequences = [Sequence { n_past, n_new: 23, mask: Mask::Tree(parents), table }];
+    let n_blocks = (n_past + 23).div_ceil(block_size) as u32;
+    let sequences = [
+        Sequence { n_past, n_new: 23, mask: Mask::Tree(parents), table: (0..n_blocks).rev().collect() },
+        Sequence { n_past: 37, n_new: 5, mask: Mask::Causal, table: (n_blocks..n_blocks + 4).collect() },
+    ];
     let layout = layout_of(block_size, &sequences);
     let case = Case::new(&layout, (8, 2, 128), &mut rng);
-    let label = format!("23 tree rows after {n_past}, heads 8/2 of 128");
-    mma(&label, WIDE, &sequences, block_size, &case, 1);
-    mma(&label, WIDE, &sequences, block_size, &case, 4);
+    let label = format!("23 tree rows after {n_past} and 5 after 37, heads 8/2 of 128");
+    for width in [WIDE, LONG] {
+        mma(&label, width, &sequences, block_size, &case, 1);
+        mma(&label, width, &sequences, block_size, &case, 4);
+    }
 }
 
 /// A decode batch: three sequences of one row each, after 700 keys in blocks of 12 (22 tiles, split

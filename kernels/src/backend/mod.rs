@@ -132,6 +132,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Runs a recorded graph's ops, after every op submitted before it.
     fn replay(&self, graph: &Self::Graph) -> Result<(), BackendError>;
 
+    /// Which class of context lengths a batch whose longest sequence reads `max_kv_len` keys
+    /// falls in, for its recordings: a recorded step replays the launches it was recorded with at
+    /// every length, so a backend whose [`Self::attention`] picks its launches by the context
+    /// length (a kernel that suits long contexts) returns here the class of those it would pick,
+    /// and a step is recorded once per class. One class by default.
+    fn attention_context_class(&self, max_kv_len: usize) -> usize {
+        let _ = max_kv_len;
+        0
+    }
+
     /// `out[i] = table[ids[i]]` for `i < n_rows`: `out` is `[n_rows, table.cols()]`.
     fn embed(
         &self,

@@ -502,6 +502,7 @@ impl<B: Backend> Qwen3<B> {
             },
             capture,
             cache: cache.instance(),
+            context_class: backend.attention_context_class(layout.max_kv_len()),
         };
         let weights = Weights {
             config: &self.config,

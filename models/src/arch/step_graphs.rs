@@ -31,6 +31,9 @@ pub(crate) struct StepShape {
     pub capture: bool,
     /// The KV cache the step writes to ([`crate::kv::KvCache::instance`]).
     pub cache: u64,
+    /// The class of its context lengths whose attention launches the step records
+    /// ([`Backend::attention_context_class`]).
+    pub context_class: usize,
 }
 
 /// Recorded steps of one model, valid while its per-step buffers stay where they are.
@@ -91,7 +94,14 @@ mod tests {
         let backend = CpuBackend::new();
         let mut graphs = StepGraphs::<CpuBackend>::new();
         for tokens in [1, MAX_RECORDED_TOKENS + 1] {
-            let shape = StepShape { tokens, sequences: 1, logit_rows: None, capture: false, cache: 0 };
+            let shape = StepShape {
+                tokens,
+                sequences: 1,
+                logit_rows: None,
+                capture: false,
+                cache: 0,
+                context_class: 0,
+            };
             let mut runs = 0;
             for _ in 0..3 {
                 graphs

@@ -27,8 +27,6 @@ use crate::backend::{AttentionBatch, AttentionParams, BackendError};
 const HEAD_DIM: usize = 128;
 /// (Row, query head) slots per warp (`MMA_ROWS`).
 const ROWS: usize = 16;
-/// Keys per tile (`MMA_KEYS`).
-const KEYS: usize = 32;
 /// Halves between consecutive key rows of a tile (`MMA_STRIDE`).
 const STRIDE: usize = HEAD_DIM + 8;
 /// Splits of a block's keys at most: `attention_mma_merge` gives each lane of a warp two.
@@ -37,28 +35,37 @@ const MAX_SPLITS: usize = 64;
 const DEFAULT_MIN_ROWS: usize = 1;
 /// Warps in the merge's blocks (`MMA_MERGE_WARPS`), a query each.
 const MERGE_WARPS: usize = 8;
+/// Keys of the longest sequence from which wide blocks take [`LONG`]'s tiles: on an H100 a
+/// 23-row verify batch was as fast with either after 1024 tokens, faster with LONG's from 4096
+/// (-3 % after 16384) and slower on an empty context (+1.6 %).
+const LONG_CONTEXT: usize = 1024;
 
-/// One width of the kernel: its entry point, the warps of a block and the tiles of its ring.
+/// One width of the kernel: its entry point, the warps of a block and the keys its ring of tiles
+/// holds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Width {
     kernel: &'static str,
     warps: usize,
-    stages: usize,
+    ring_keys: usize,
 }
 
-/// Blocks of 8 warps and 6 tiles (`MMA_WIDE_WARPS`, `MMA_WIDE_STAGES`): verify and prefill
-/// batches, whose rows fill several warps.
-const WIDE: Width = Width { kernel: "attention_mma", warps: 8, stages: 6 };
-/// Blocks of one warp and 3 tiles (`MMA_NARROW_STAGES`): decode rows, whose slots fill one warp,
-/// so that an SM holds several computing warps instead of one wide block's one.
-const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, stages: 3 };
+/// Blocks of 8 warps and 6 tiles of 32 keys (`MMA_WIDE_WARPS`, `MMA_WIDE_KEYS`,
+/// `MMA_WIDE_STAGES`): verify and prefill batches, whose rows fill several warps.
+const WIDE: Width = Width { kernel: "attention_mma", warps: 8, ring_keys: 6 * 32 };
+/// Wide blocks with 3 tiles of 64 keys (`MMA_LONG_KEYS`, `MMA_LONG_STAGES`): the same batches
+/// after [`LONG_CONTEXT`] keys, where a tile's chain and barrier, not its keys, set the pace.
+const LONG: Width = Width { kernel: "attention_mma_long", warps: 8, ring_keys: 3 * 64 };
+/// Blocks of one warp and 3 tiles of 32 keys (`MMA_NARROW_KEYS`, `MMA_NARROW_STAGES`): decode
+/// rows, whose slots fill one warp, so that an SM holds several computing warps instead of one
+/// wide block's one.
+const NARROW: Width = Width { kernel: "attention_mma_narrow", warps: 1, ring_keys: 3 * 32 };
 
 impl Width {
     /// Dynamic shared memory of a block: the ring of tiles of f16 keys and values (a wide block's
     /// 102 KB, which sm_80 and sm_90 grant a block, 163 and 227 KB, but sm_86 and sm_89 do not,
     /// 99 KB).
     const fn shared_bytes(self) -> usize {
-        self.stages * 2 * KEYS * STRIDE * size_of::<u16>()
+        self.ring_keys * 2 * STRIDE * size_of::<u16>()
     }
 
     fn threads(self) -> usize {
@@ -97,6 +104,7 @@ pub(super) struct MmaAttention {
     /// [`DEFAULT_MIN_ROWS`]; batches with fewer go to the split kernels of attention.rs.
     min_rows: usize,
     wide: Loaded,
+    long: Loaded,
     /// Absent with `CANOPY_CUDA_MMA_ATTENTION_NARROW=0`: every batch then takes wide blocks.
     narrow: Option<Loaded>,
 }
@@ -116,6 +124,7 @@ impl MmaAttention {
         Ok(Some(Self {
             min_rows: rows_from_env("CANOPY_CUDA_MMA_ATTENTION_MIN_ROWS", DEFAULT_MIN_ROWS),
             wide: Loaded::new(device, WIDE)?,
+            long: Loaded::new(device, LONG)?,
             narrow: if narrow { Some(Loaded::new(device, NARROW)?) } else { None },
         }))
     }
@@ -126,12 +135,20 @@ impl MmaAttention {
     }
 
     /// The width for a batch of `n_rows` rows in `n_sequences` sequences, `heads_per_block` query
-    /// heads a block: narrow where the rows' slots fill no more than a warp per sequence.
-    fn width(&self, n_rows: usize, n_sequences: usize, heads_per_block: usize) -> &Loaded {
+    /// heads a block, `max_kv_len` keys the longest reads: narrow where the rows' slots fill no
+    /// more than a warp per sequence, else wide, with long tiles after a long context.
+    fn width(&self, n_rows: usize, n_sequences: usize, heads_per_block: usize, max_kv_len: usize) -> &Loaded {
         match &self.narrow {
             Some(narrow) if n_rows * heads_per_block <= ROWS * n_sequences => narrow,
+            _ if Self::context_class(max_kv_len) == 1 => &self.long,
             _ => &self.wide,
         }
+    }
+
+    /// 1 after a long context (at least [`LONG_CONTEXT`] keys), where wide batches take
+    /// [`LONG`]; else 0 ([`crate::backend::Backend::attention_context_class`]).
+    pub fn context_class(max_kv_len: usize) -> usize {
+        usize::from(max_kv_len >= LONG_CONTEXT)
     }
 }
 
@@ -153,7 +170,7 @@ pub(super) fn launch(
     let heads_per_block = heads_per_block(group);
     let chunks = group.div_ceil(heads_per_block);
     let loaded = match &backend.mma_attention {
-        Some(mma) => mma.width(batch.n_rows(), batch.n_sequences(), heads_per_block),
+        Some(mma) => mma.width(batch.n_rows(), batch.n_sequences(), heads_per_block, batch.max_kv_len()),
         None => return Err(device_error(OP, "the tensor-core attention is not loaded")),
     };
     let width = loaded.width;
@@ -262,6 +279,7 @@ mod tests {
         MmaAttention {
             min_rows: 2,
             wide: Loaded { width: WIDE, blocks_per_sm: 1 },
+            long: Loaded { width: LONG, blocks_per_sm: 1 },
             narrow: narrow.then_some(Loaded { width: NARROW, blocks_per_sm: 4 }),
         }
     }
@@ -278,22 +296,37 @@ mod tests {
     #[test]
     fn batches_of_a_warp_of_slots_a_sequence_take_narrow_blocks() {
         let with_narrow = attention(true);
-        // Decode rows of groups of 4 query heads: 4 slots a sequence.
-        assert_eq!(with_narrow.width(1, 1, 4).width, NARROW);
-        assert_eq!(with_narrow.width(3, 3, 4).width, NARROW);
+        // Decode rows of groups of 4 query heads: 4 slots a sequence, at any context length.
+        assert_eq!(with_narrow.width(1, 1, 4, 1).width, NARROW);
+        assert_eq!(with_narrow.width(1, 1, 4, 20_000).width, NARROW);
+        assert_eq!(with_narrow.width(3, 3, 4, 5).width, NARROW);
         // Four rows a sequence fill a warp; five do not.
-        assert_eq!(with_narrow.width(8, 2, 4).width, NARROW);
-        assert_eq!(with_narrow.width(5, 1, 4).width, WIDE);
+        assert_eq!(with_narrow.width(8, 2, 4, 8).width, NARROW);
+        assert_eq!(with_narrow.width(5, 1, 4, 5).width, WIDE);
         // A 23-row verify batch.
-        assert_eq!(with_narrow.width(23, 1, 4).width, WIDE);
+        assert_eq!(with_narrow.width(23, 1, 4, 23).width, WIDE);
         // Switched off, every batch takes wide blocks.
-        assert_eq!(attention(false).width(1, 1, 4).width, WIDE);
+        assert_eq!(attention(false).width(1, 1, 4, 1).width, WIDE);
+    }
+
+    #[test]
+    fn wide_batches_take_long_tiles_from_a_long_context_on() {
+        let mma = attention(true);
+        assert_eq!(mma.width(23, 1, 4, LONG_CONTEXT - 1).width, WIDE);
+        assert_eq!(mma.width(23, 1, 4, LONG_CONTEXT).width, LONG);
+        assert_eq!(mma.width(23, 1, 4, 16_407).width, LONG);
+        assert_eq!(attention(false).width(1, 1, 4, 16_384).width, LONG);
+        // The classes the recordings are keyed by follow the same line.
+        assert_eq!(MmaAttention::context_class(LONG_CONTEXT - 1), 0);
+        assert_eq!(MmaAttention::context_class(LONG_CONTEXT), 1);
     }
 
     #[test]
     fn the_rings_fit_where_the_kernel_is_loaded() {
-        // sm_90 grants a block 227 KB; the narrow ring leaves room for four blocks.
+        // sm_90 grants a block 227 KB; the narrow ring leaves room for four blocks; the long
+        // tiles take the same ring as the wide ones.
         assert_eq!(WIDE.shared_bytes(), 104_448);
+        assert_eq!(LONG.shared_bytes(), WIDE.shared_bytes());
         assert!(4 * NARROW.shared_bytes() <= 227 * 1024);
     }
 }

@@ -218,6 +218,13 @@ impl Backend for CudaBackend {
         graph::replay(graph)
     }
 
+    fn attention_context_class(&self, max_kv_len: usize) -> usize {
+        match &self.mma_attention {
+            Some(_) => MmaAttention::context_class(max_kv_len),
+            None => 0,
+        }
+    }
+
     fn embed(
         &self,
         table: &CudaWeight,

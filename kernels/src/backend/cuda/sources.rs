@@ -170,6 +170,7 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "attention_rows_dim128",
             "attention_rows_dim512",
             "attention_mma",
+            "attention_mma_long",
             "attention_mma_narrow",
             "attention_mma_merge",
         ],
