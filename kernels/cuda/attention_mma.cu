@@ -371,42 +371,28 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
     }
 }
 
-extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
-    attention_mma(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences, u32 n_sequences,
-                  const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
-                  u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts,
-                  float *out) {
-    attention_mma_block<MMA_WIDE_WARPS, MMA_WIDE_KEYS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES>(
-        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
-        heads_per_block, n_splits, stats, parts, out);
-}
+// The kernel's entry points: one width each (the warps of a block, the keys of a tile, the tiles
+// of its ring, the fewest tiles of a split).
+#define ATTENTION_MMA_KERNEL(NAME, WARPS, KEYS, STAGES, SPLIT_TILES)                                                  \
+    extern "C" __global__ void __launch_bounds__((WARPS) * WARP_SIZE)                                                \
+        NAME(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences, u32 n_sequences,          \
+             const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads, u32 n_kv_heads, \
+             float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts, float *out) {             \
+        attention_mma_block<WARPS, KEYS, STAGES, SPLIT_TILES>(q, k_pool, v_pool, sequences, n_sequences,            \
+                                                              block_tables, tree_parents, block_size, n_heads,      \
+                                                              n_kv_heads, scale, heads_per_block, n_splits, stats,  \
+                                                              parts, out);                                          \
+    }
 
-extern "C" __global__ void __launch_bounds__(MMA_WIDE_WARPS *WARP_SIZE)
-    attention_mma_long(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences, u32 n_sequences,
-                       const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size, u32 n_heads,
-                       u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits, float2 *stats, float *parts,
-                       float *out) {
-    attention_mma_block<MMA_WIDE_WARPS, MMA_LONG_KEYS, MMA_LONG_STAGES, MMA_LONG_MIN_SPLIT_TILES>(
-        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
-        heads_per_block, n_splits, stats, parts, out);
-}
+ATTENTION_MMA_KERNEL(attention_mma, MMA_WIDE_WARPS, MMA_WIDE_KEYS, MMA_WIDE_STAGES, MMA_WIDE_MIN_SPLIT_TILES)
+ATTENTION_MMA_KERNEL(attention_mma_long, MMA_WIDE_WARPS, MMA_LONG_KEYS, MMA_LONG_STAGES, MMA_LONG_MIN_SPLIT_TILES)
+ATTENTION_MMA_KERNEL(attention_mma_narrow, 1, MMA_NARROW_KEYS, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES)
 
-extern "C" __global__ void __launch_bounds__(WARP_SIZE)
-    attention_mma_narrow(const float *q, const u16 *k_pool, const u16 *v_pool, const u32 *sequences,
-                         u32 n_sequences, const u32 *block_tables, const u32 *tree_parents, FastDivisor block_size,
-                         u32 n_heads, u32 n_kv_heads, float scale, u32 heads_per_block, u32 n_splits,
-                         float2 *stats, float *parts, float *out) {
-    attention_mma_block<1, MMA_NARROW_KEYS, MMA_NARROW_STAGES, MMA_NARROW_MIN_SPLIT_TILES>(
-        q, k_pool, v_pool, sequences, n_sequences, block_tables, tree_parents, block_size, n_heads, n_kv_heads, scale,
-        heads_per_block, n_splits, stats, parts, out);
-}
-
-// Combines the split states of attention_mma and attention_mma_narrow: a warp per query (row,
-// query head), lane s reading the max and sum of splits s and s + 32 (so at most 64
-// splits), each lane then holding 4 dimensions of the output. With `out_q` set it also writes the
-// output's int8 copy, and with `out_halves` its f16 copy and row scales (1, as in attention.cu's
-// HeadOutput), which the output projection reads instead of rounding the output in a launch of
-// its own.
+// Combines the split states of the three kernels above: a warp per query (row, query head), lane
+// s reading the max and sum of splits s and s + 32 (so at most 64 splits), each lane then holding 4
+// dimensions of the output. With `out_q` set it also writes the output's int8 copy, and with
+// `out_halves` its f16 copy and row scales (1, as in attention.cu's HeadOutput), which the output
+// projection reads instead of rounding the output in a launch of its own.
 extern "C" __global__ void __launch_bounds__(MMA_MERGE_WARPS *WARP_SIZE)
     attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, u32 n_heads,
                         float *out, u32 *out_q, float2 *out_scales, u16 *out_halves, float *out_half_scales) {

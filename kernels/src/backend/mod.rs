@@ -136,7 +136,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// falls in, for its recordings: a recorded step replays the launches it was recorded with at
     /// every length, so a backend whose [`Self::attention`] picks its launches by the context
     /// length (a kernel that suits long contexts) returns here the class of those it would pick,
-    /// and a step is recorded once per class. One class by default.
+    /// and a step is recorded once per class (two classes that pick the same launches cost one
+    /// recording more, nothing else). One class by default.
     fn attention_context_class(&self, max_kv_len: usize) -> usize {
         let _ = max_kv_len;
         0
