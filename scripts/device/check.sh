@@ -4,7 +4,8 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [ab-verify] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile] [narrow] [skip]
+#        [ab-verify] [ab-depths] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
+#        [narrow] [skip]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -180,15 +181,15 @@ if has verify-depth; then
 fi
 if has attention-profile; then
     # Nsight Compute's throughput, memory and stall sections for the tensor-core attention in a
-    # decode step (attention_mma_narrow) and in a 23-row verify (attention_mma) after 16384 tokens,
-    # prefilled in one chunk (36 launches): launch 37 is the first decode step's first layer, 109
-    # the verify's. What keeps it from the read bandwidth.
+    # decode step (attention_mma_narrow) and in a 23-row verify (attention_mma_long, the long
+    # context's) after 16384 tokens, prefilled in one chunk (36 launches): launch 37 is the first
+    # decode step's first layer, 109 the verify's. What keeps it from the read bandwidth.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     need_q8b
     if [ -n "$ncu" ]; then
         for skip in 36 108; do
             "$ncu" --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-                --section WarpStateStats --section LaunchStats -k "regex:^attention_mma(_narrow)?\$" --launch-skip "$skip" \
+                --section WarpStateStats --section LaunchStats -k "regex:^attention_mma(_narrow|_long)?\$" --launch-skip "$skip" \
                 --metrics "$stall_reasons" \
                 --launch-count 1 "$bin/canopy" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
                 --prefill-chunk 16384 --depths 16384 --decode 2 --forward 23 --repetitions 1 --warmup 0 \
@@ -280,15 +281,26 @@ if has ab; then
         done
     done | tee "$out/ab.txt"
 fi
-if has ab-verify; then
-    # The short A/B of the verify matmuls' experiments: decode and the verify sizes on an empty
-    # context only, three rounds, one line a run (tg128 in ms for its 128 tokens, fwd in ms).
+# Every packed build and this one in turn on the 8B, `rounds` times, with `canopy bench`'s
+# arguments after the first two; one line a run (tg128 in ms for its 128 tokens, fwd in ms), into
+# $out/NAME.txt.
+ab_lines() {
+    local name=$1 rounds=$2
+    shift 2
     need_q8b
-    for round in 1 2 3; do
+    for round in $(seq "$rounds"); do
         for build in $(packed_builds) canopy; do
-            echo "$build (round $round):" $("$bin/$build" bench "$models/q8b.gguf" --backend cuda --prefill 0 \
-                --decode 128 --forward 1,8,16,23,32 --repetitions 3 2>&1 | grep -E "^\|.*(tg|fwd)" | tr -s ' ' |
-                cut -d'|' -f4,6)
+            echo "$build (round $round):" $("$bin/$build" bench "$models/q8b.gguf" --backend cuda "$@" 2>&1 |
+                grep -E "^\|.*(tg|fwd)" | tr -s ' ' | cut -d'|' -f4,6)
         done
-    done | tee "$out/ab-verify.txt"
+    done | tee "$out/$name.txt"
+}
+# The short A/B of the verify matmuls' experiments: decode and the verify sizes on an empty context.
+if has ab-verify; then
+    ab_lines ab-verify 3 --prefill 0 --decode 128 --forward 1,8,16,23,32 --repetitions 3
+fi
+# The A/B of the attention's experiments: the verify sizes on an empty context and after 1024,
+# 4096 and 16384 tokens.
+if has ab-depths; then
+    ab_lines ab-depths 2 --prefill 0 --decode 0 --depths 0,1024,4096,16384 --forward 1,8,23 --repetitions 3
 fi
