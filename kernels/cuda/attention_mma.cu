@@ -20,9 +20,9 @@
 // The kernel comes in two widths: attention_mma's blocks have 8 warps sharing a ring of 6 tiles
 // (attention_mma_long's 3 tiles of twice the keys), for verify and prefill batches, whose rows
 // fill several warps; attention_mma_narrow's have one warp and a ring of 3, for decode rows and
-// other batches of up to 16 slots a sequence. Such a
-// batch leaves seven of a wide block's warps copying only, and an SM holds a single wide block
-// (its registers), so it would have one warp computing, where it holds four narrow blocks.
+// other batches of up to 16 slots a sequence. Such a batch leaves seven of a wide block's warps
+// copying only, and an SM holds a single wide block (its registers), so it would have one warp
+// computing, where it holds four narrow blocks.
 //
 // A decode or verify batch is a handful of blocks, far too few to stream a long context at the
 // device's bandwidth, so the host also splits each block's tiles across n_splits blocks
@@ -209,7 +209,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
 #pragma unroll
     for (u32 stage = 0; stage + 1 < STAGES; ++stage) {
         fetch_mma_tile<THREADS, KEYS>(mma_ring, stage, k_pool, v_pool, block_keys, (first_tile + stage) * KEYS,
-                       first_tile + stage < end_tile);
+                                      first_tile + stage < end_tile);
     }
 
     // The warp's queries as A fragments, dimensions in chunks of 16.
@@ -249,8 +249,8 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         copy_async_wait_pending<STAGES - 2>();
         __syncthreads();
         const u32 ahead = key_tile + STAGES - 1;
-        fetch_mma_tile<THREADS, KEYS>(mma_ring, (ahead - first_tile) % STAGES, k_pool, v_pool, block_keys, ahead * KEYS,
-                       ahead < end_tile);
+        fetch_mma_tile<THREADS, KEYS>(mma_ring, (ahead - first_tile) % STAGES, k_pool, v_pool, block_keys,
+                                      ahead * KEYS, ahead < end_tile);
         if (!warp_live) {
             continue;
         }
