@@ -21,13 +21,11 @@ extern "C" __global__ void swiglu(const float *gate, const float *up, size_t len
 // SwiGLU four values a thread, also writing the int8 copy the down projection reads (see
 // store_q8_quad): `n_quads` = len / 4, len a multiple of Q8_BLOCK. The f16 copy, when the down
 // projection reads one, comes after (round_f16_rows): its row scales need whole rows. `n_rows`:
-// the input rows of the down projection that follows, or 0 when no matmul is known to follow.
+// the input rows of the down projection that follows (the largest u32 when none is known to).
 extern "C" __global__ void swiglu_q8(const float4 *gate, const float4 *up, u32 n_quads, u32 n_rows, float4 *out,
                                      u32 *q, float2 *scales) {
     wait_for_previous_kernel();
-    if (n_rows > 0) {
-        let_next_matmul_start(n_rows);
-    }
+    let_next_matmul_start(n_rows);
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = i < n_quads;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -56,7 +56,8 @@ pub(super) fn swiglu(
     }
     let copy = out.quantized.get_mut().unwrap_or_else(PoisonError::into_inner);
     let n_quads = to_u32(OP, "len / 4", len / 4)?;
-    let next_rows = to_u32(OP, "next matmul rows", next_matmul_rows.unwrap_or(0))?;
+    // With no matmul known to follow, a row count past any that starts early (`EARLY_START_ROWS`).
+    let next_rows = next_matmul_rows.map_or(Ok(u32::MAX), |rows| to_u32(OP, "next matmul rows", rows))?;
     let mut launch = device.launch(OP, "swiglu_q8")?;
     launch.arg(&gate.buf).arg(&up.buf).arg(&n_quads).arg(&next_rows).arg(&mut out.buf);
     let buffers = copy.buffers(device, OP, len, 1, false)?;

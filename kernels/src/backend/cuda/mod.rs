@@ -219,10 +219,7 @@ impl Backend for CudaBackend {
     }
 
     fn attention_context_class(&self, max_kv_len: usize) -> usize {
-        match &self.mma_attention {
-            Some(_) => MmaAttention::context_class(max_kv_len),
-            None => 0,
-        }
+        self.mma_attention.as_ref().map_or(0, |_| MmaAttention::context_class(max_kv_len))
     }
 
     fn embed(
