@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [ab-verify] [ab-depths] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
+#        [ab-verify] [ab-depths] [ab-long] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
 #        [narrow] [skip]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
@@ -291,7 +291,7 @@ ab_lines() {
     for round in $(seq "$rounds"); do
         for build in $(packed_builds) canopy; do
             echo "$build (round $round):" $("$bin/$build" bench "$models/q8b.gguf" --backend cuda "$@" 2>&1 |
-                grep -E "^\|.*(tg|fwd)" | tr -s ' ' | cut -d'|' -f4,6)
+                grep -E "^\|.*(pp|tg|fwd)" | tr -s ' ' | cut -d'|' -f4,6)
         done
     done | tee "$out/$name.txt"
 }
@@ -303,4 +303,8 @@ fi
 # 4096 and 16384 tokens.
 if has ab-depths; then
     ab_lines ab-depths 2 --prefill 0 --decode 0 --depths 0,1024,4096,16384 --forward 1,8,23 --repetitions 3
+fi
+# The same with decode and a 2048-token prefill (whose chunk reads up to 2048 keys) and 512 tokens.
+if has ab-long; then
+    ab_lines ab-long 2 --prefill 2048 --decode 128 --depths 0,512,1024,4096,16384 --forward 1,8,23 --repetitions 3
 fi
