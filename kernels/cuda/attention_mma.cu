@@ -64,6 +64,20 @@
 // Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
 // 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
 #define MMA_STRIDE (MMA_HEAD_DIM + 8)
+#define LOG2_E 1.4426950408889634f
+#define LN_2 0.6931471805599453f
+
+// 2^x on the SFU, one instruction (__expf is this after a multiply by log2 e); subnormal results
+// flush to 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+#if __CUDA_ARCH__ >= 500
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
 
 __device__ __forceinline__ u32 pack_half2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
@@ -234,7 +248,9 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
     for (int n = 0; n < MMA_HEAD_DIM / 8; ++n) {
         o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
     }
+    // Base-2 maxima of the scaled scores.
     float row_max[2] = {-INFINITY, -INFINITY};
+    const float scale_log2 = scale * LOG2_E;
     float row_sum[2] = {0.0f, 0.0f};
     // Where this lane's ldmatrix rows start: of the keys (matrix m = lane / 8 is dimensions 8m..
     // of key lane % 8 of an 8-key group), and of the values (matrix m is keys 8 (m % 2).. of a
@@ -270,7 +286,8 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
             }
         }
         // Mask and scale, then each row's tile maximum over its four lanes. Keys of the committed
-        // context are seen by every row.
+        // context are seen by every row. The softmax works in base 2 (scores times scale log2 e),
+        // so that each weight is a subtraction and an ex2.
         if (first_key + KEYS > n_past) {
 #pragma unroll
             for (int n = 0; n < KEYS / 8; ++n) {
@@ -287,18 +304,20 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         for (int n = 0; n < KEYS / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                s[n][e] *= scale;
+                s[n][e] *= scale_log2;
                 tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
             }
         }
-        float rescale[2];
+        float rescale[2], subtrahend[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(FULL_MASK, tile_max[r], 1));
             tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(FULL_MASK, tile_max[r], 2));
             const float new_max = fmaxf(row_max[r], tile_max[r]);
-            // A row that has seen nothing yet keeps max -inf, and its weights below are all 0.
-            rescale[r] = new_max == -INFINITY ? 1.0f : __expf(row_max[r] - new_max);
+            // A row that has seen nothing yet keeps max -inf, and its weights below, 2^-inf, are
+            // all 0 (subtracting 0, not the max, which would make them NaN).
+            rescale[r] = new_max == -INFINITY ? 1.0f : fast_exp2(row_max[r] - new_max);
+            subtrahend[r] = new_max == -INFINITY ? 0.0f : new_max;
             row_max[r] = new_max;
         }
         float tile_sum[2] = {0.0f, 0.0f};
@@ -307,7 +326,7 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = e / 2;
-                s[n][e] = s[n][e] == -INFINITY ? 0.0f : __expf(s[n][e] - row_max[r]);
+                s[n][e] = fast_exp2(s[n][e] - subtrahend[r]);
                 tile_sum[r] += s[n][e];
             }
         }
@@ -361,7 +380,8 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
         }
         const size_t state = query * n_splits + blockIdx.z;
         if (t == 0) {
-            stats[state] = make_float2(row_max[r], row_sum[r]);
+            // The merge's maxima are of the scaled scores, in base e.
+            stats[state] = make_float2(row_max[r] * LN_2, row_sum[r]);
         }
         float *part = parts + state * MMA_HEAD_DIM;
 #pragma unroll
