@@ -48,7 +48,9 @@
 // a warp's instructions), and tiles of 64 halve them a key. H100: fwd23 after 16384 tokens 6.25
 // -> 6.07 ms, fwd8 5.22 -> 4.98; on an empty context, where a verify batch has a tile of keys, the
 // wider tile's dead keys cost more (fwd23 4.31 -> 4.38 ms). One kernel holding both tile sizes
-// behind a branch made both slower (fwd23 4.57 ms on an empty context).
+// behind a branch made both slower (fwd23 4.57 ms on an empty context). Twice the computing warps
+// (two groups of 6 sharing the slots, each taking half of every tile's keys) gained 1.7 % after
+// 16384 tokens and lost 2 % after 1024 to 4096: the chains are not all that sets the pace.
 #define MMA_WIDE_WARPS 8
 #define MMA_WIDE_KEYS 32
 #define MMA_WIDE_STAGES 6
