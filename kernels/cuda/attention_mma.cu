@@ -250,9 +250,9 @@ __device__ __forceinline__ void attention_mma_block(const float *q, const u16 *k
     for (int n = 0; n < MMA_HEAD_DIM / 8; ++n) {
         o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
     }
-    // Base-2 maxima of the scaled scores.
-    float row_max[2] = {-INFINITY, -INFINITY};
+    // Each row's softmax state in base 2: the maximum of its scores times scale log2 e, and its sum.
     const float scale_log2 = scale * LOG2_E;
+    float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.0f, 0.0f};
     // Where this lane's ldmatrix rows start: of the keys (matrix m = lane / 8 is dimensions 8m..
     // of key lane % 8 of an 8-key group), and of the values (matrix m is keys 8 (m % 2).. of a
