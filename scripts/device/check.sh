@@ -4,7 +4,7 @@
 # then `canopy bench` on the synthetic Qwen3 shapes. Binaries come prebuilt (stripped) in
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
-#        [ab-verify] [ab-depths] [ab-long] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
+#        [ab-verify] [ab-depths] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
 #        [narrow] [skip]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
@@ -282,8 +282,8 @@ if has ab; then
     done | tee "$out/ab.txt"
 fi
 # Every packed build and this one in turn on the 8B, `rounds` times, with `canopy bench`'s
-# arguments after the first two; one line a run (tg128 in ms for its 128 tokens, fwd in ms), into
-# $out/NAME.txt.
+# arguments after the first two; one line a run (pp and tg in ms for their tokens, fwd in ms),
+# into $out/NAME.txt.
 ab_lines() {
     local name=$1 rounds=$2
     shift 2
@@ -299,12 +299,9 @@ ab_lines() {
 if has ab-verify; then
     ab_lines ab-verify 3 --prefill 0 --decode 128 --forward 1,8,16,23,32 --repetitions 3
 fi
-# The A/B of the attention's experiments: the verify sizes on an empty context and after 1024,
-# 4096 and 16384 tokens.
+# The A/B of the attention's experiments: a 2048-token prefill (whose chunk reads up to 2048 keys),
+# then decode and the verify sizes on an empty context and after 512 to 16384 tokens.
 if has ab-depths; then
-    ab_lines ab-depths 2 --prefill 0 --decode 0 --depths 0,1024,4096,16384 --forward 1,8,23 --repetitions 3
-fi
-# The same with decode and a 2048-token prefill (whose chunk reads up to 2048 keys) and 512 tokens.
-if has ab-long; then
-    ab_lines ab-long 2 --prefill 2048 --decode 128 --depths 0,512,1024,4096,16384 --forward 1,8,23 --repetitions 3
+    ab_lines ab-depths 2 --prefill 2048 --decode 128 --depths 0,512,1024,4096,16384 --forward 1,8,23 \
+        --repetitions 3
 fi
