@@ -284,13 +284,17 @@ fi
 # Every packed build and this one in turn on the 8B, `rounds` times, with `canopy bench`'s
 # arguments after the first two; one line a run (pp and tg in ms for their tokens, fwd in ms),
 # into $out/NAME.txt.
+# With AB_SWITCH set (say CANOPY_CUDA_FUSED_SWIGLU=0), the worktree's build also runs with that
+# environment, as a build of its own.
 ab_lines() {
     local name=$1 rounds=$2
     shift 2
     need_q8b
     for round in $(seq "$rounds"); do
-        for build in $(packed_builds) canopy; do
-            echo "$build (round $round):" $("$bin/$build" bench "$models/q8b.gguf" --backend cuda "$@" 2>&1 |
+        for build in $(packed_builds) canopy ${AB_SWITCH:+switched}; do
+            local run=("$bin/$build")
+            [ "$build" == switched ] && run=(env "$AB_SWITCH" "$bin/canopy") && build="canopy $AB_SWITCH"
+            echo "$build (round $round):" $("${run[@]}" bench "$models/q8b.gguf" --backend cuda "$@" 2>&1 |
                 grep -E "^\|.*(pp|tg|fwd)" | tr -s ' ' | cut -d'|' -f4,6)
         done
     done | tee "$out/$name.txt"
