@@ -15,11 +15,23 @@
 #define SWIGLU_STEPS (SWIGLU_OUTPUTS / 2)
 // Gate rows step, step + 1, then up's.
 #define SWIGLU_STEP_ROWS 4
+// Units whose loads are in flight while a warp multiplies one.
+#define SWIGLU_AHEAD 2
 
 // A warp's place in the block's work: group `group` of step `step`.
 struct SwigluUnit {
     u32 step, group;
 };
+
+// The unit `stride` units after `unit`, `stride.group` below n_groups.
+__device__ __forceinline__ SwigluUnit advance(SwigluUnit unit, SwigluUnit stride, u32 n_groups) {
+    SwigluUnit next = {unit.step + stride.step, unit.group + stride.group};
+    if (next.group >= n_groups) {
+        next.group -= n_groups;
+        next.step += 1;
+    }
+    return next;
+}
 
 template <int FMT>
 __device__ __forceinline__ bool load_swiglu_step(const u8 *gate, const u8 *up, size_t row_bytes, u32 cols,
@@ -57,31 +69,36 @@ __device__ void matvec_swiglu_q8(const u8 *x_q, const float2 *x_scales, const u8
     for (int i = lane; i < 2 * SWIGLU_OUTPUTS; i += WARP_SIZE) {
         sums[warp][i] = 0.0f;
     }
-    typename L::Raw raw[SWIGLU_STEP_ROWS];
-    bool has_block = unit.step < SWIGLU_STEPS &&
-                     load_swiglu_step<FMT>(gate, up, row_bytes, cols, first_output, unit, lane, raw);
-    // The weights are no kernel's output: the first step's loads are in flight before the wait.
+    // The loads of the next SWIGLU_AHEAD units are in flight while a unit is multiplied.
+    typename L::Raw raw[SWIGLU_AHEAD][SWIGLU_STEP_ROWS];
+    bool has_block[SWIGLU_AHEAD];
+    SwigluUnit ahead = unit;
+#pragma unroll
+    for (int a = 0; a < SWIGLU_AHEAD; ++a) {
+        has_block[a] = ahead.step < SWIGLU_STEPS &&
+                       load_swiglu_step<FMT>(gate, up, row_bytes, cols, first_output, ahead, lane, raw[a]);
+        ahead = advance(ahead, stride, n_groups);
+    }
+    // The weights are no kernel's output: the first units' loads are in flight before the wait.
     wait_for_previous_kernel();
     float acc[SWIGLU_STEP_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
     while (unit.step < SWIGLU_STEPS) {
-        SwigluUnit next = {unit.step + stride.step, unit.group + stride.group};
-        if (next.group >= n_groups) {
-            next.group -= n_groups;
-            next.step += 1;
-        }
-        typename L::Raw next_raw[SWIGLU_STEP_ROWS];
-        const bool next_has_block = next.step < SWIGLU_STEPS &&
-                                    load_swiglu_step<FMT>(gate, up, row_bytes, cols, first_output, next, lane, next_raw);
-        if (has_block) {
+        typename L::Raw incoming[SWIGLU_STEP_ROWS];
+        const bool incoming_has_block =
+            ahead.step < SWIGLU_STEPS &&
+            load_swiglu_step<FMT>(gate, up, row_bytes, cols, first_output, ahead, lane, incoming);
+        ahead = advance(ahead, stride, n_groups);
+        if (has_block[0]) {
             typename L::Activations x;
             L::load_x(x_q, x_scales, unit.group, lane, x);
 #pragma unroll
             for (int r = 0; r < SWIGLU_STEP_ROWS; ++r) {
                 typename L::Decoded dec;
-                L::decode(raw[r], lane, dec);
+                L::decode(raw[0][r], lane, dec);
                 acc[r] += L::dot(dec, x, lane);
             }
         }
+        const SwigluUnit next = advance(unit, stride, n_groups);
         if (next.step != unit.step) {
             const float total = warp_sums<SWIGLU_STEP_ROWS>(acc);
             const int holder_bits = 5 - log2_exact(SWIGLU_STEP_ROWS);
@@ -95,10 +112,13 @@ __device__ void matvec_swiglu_q8(const u8 *x_q, const float2 *x_scales, const u8
             }
         }
 #pragma unroll
-        for (int r = 0; r < SWIGLU_STEP_ROWS; ++r) {
-            raw[r] = next_raw[r];
+        for (int a = 0; a < SWIGLU_AHEAD; ++a) {
+#pragma unroll
+            for (int r = 0; r < SWIGLU_STEP_ROWS; ++r) {
+                raw[a][r] = a + 1 < SWIGLU_AHEAD ? raw[a + 1][r] : incoming[r];
+            }
+            has_block[a] = a + 1 < SWIGLU_AHEAD ? has_block[a + 1] : incoming_has_block;
         }
-        has_block = next_has_block;
         unit = next;
     }
     // Warps without a unit have not waited yet.
@@ -121,7 +141,7 @@ __device__ void matvec_swiglu_q8(const u8 *x_q, const float2 *x_scales, const u8
 }
 
 #define MATVEC_SWIGLU_KERNEL(NAME, FMT)                                                              \
-    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE)                            \
+    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, 3)                         \
         NAME(const u8 *x_q, const float2 *x_scales, const u8 *gate, const u8 *up, size_t row_bytes, u32 cols, \
              float *act, u8 *act_q, float2 *act_scales) {                                            \
         matvec_swiglu_q8<FMT>(x_q, x_scales, gate, up, row_bytes, cols, act, act_q, act_scales);      \
