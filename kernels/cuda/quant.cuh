@@ -191,23 +191,6 @@ __device__ __forceinline__ void store_q8_quad(float4 v, size_t quad, bool live, 
     }
 }
 
-// The same for one value a lane: `v` is value `index` of a flat array whose block of Q8_BLOCK
-// values the whole warp holds, lane l value l of the block.
-__device__ __forceinline__ void store_q8_lane(float v, size_t index, u8 *q, float2 *scales) {
-    float amax = fabsf(v);
-    float sum = v;
-#pragma unroll
-    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, offset));
-        sum += __shfl_xor_sync(FULL_MASK, sum, offset);
-    }
-    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-    q[index] = (u8)(__float2int_rn(v * inverse) & 0xff);
-    if (index % Q8_BLOCK == 0) {
-        scales[index / Q8_BLOCK] = make_float2(amax / 127.0f, sum);
-    }
-}
-
 // The power of two a row of the f16 copy is divided by, from the row's largest magnitude: 1 below
 // 2^15, else the least that brings the row below 2^15, well inside f16's range (it overflows at
 // 65520). SwiGLU outputs can pass 65504 in some layers of real models ("massive activations");

@@ -1,7 +1,6 @@
 //! The int8 matrix-vector kernels (matvec_quant.cu), emulated, against the CPU backend: every
 //! block-quantized format, each kernel by its batch sizes, several projections in one launch, and
-//! the mixed Q4_K/Q6_K decode kernel, and the decode step's gate/up projections with SwiGLU
-//! (matvec_swiglu.cu). The activations are ones that round to int8 exactly
+//! the mixed Q4_K/Q6_K decode kernel. The activations are ones that round to int8 exactly
 //! (`int8_exact_row`), so the kernels must match the CPU's f32 products up to summation order.
 
 #![allow(clippy::unwrap_used)]
@@ -13,8 +12,7 @@ mod emulated;
 use canopy_kernels::quant::GgmlType;
 use common::Rng;
 use emulated::{
-    DeviceBuffer, DeviceWeight, Projections, Q8Copy, check, check_q8_copy, cpu_matmul, int8_exact_row,
-    quantize_q8, run_matvec, run_swiglu_matvec, type_suffix,
+    DeviceWeight, Projections, check, cpu_matmul, int8_exact_row, quantize_q8, run_matvec, type_suffix,
 };
 
 const QUANTIZED: [GgmlType; 4] = [GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K];
@@ -109,41 +107,5 @@ fn mixed_decode_kernel_matches_cpu() {
     run_matvec("matvec_q8_decode_q4_k_q6_k", &copy, &projections, cols, 1, Some(second_block));
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
         check(&format!("mixed projection {p}"), out, &cpu_matmul(weight, &x, 1), TOLERANCE);
-    }
-}
-
-/// The decode step's gate/up projections with SwiGLU (matvec_swiglu.cu) for every format: 96 rows
-/// make three blocks of 32 outputs; 256 columns leave warps without a group (and units
-/// without a block), 1280 a partial group, 5376 more groups than warps. The output must be
-/// silu(gate) * up of the CPU's products and its int8 copy that output's blocks.
-#[test]
-fn swiglu_decode_kernels_match_cpu() {
-    let mut rng = Rng::new(24);
-    let rows = 96;
-    for ty in QUANTIZED {
-        for cols in [256, 1280, 5376] {
-            let gate = DeviceWeight::random(ty, rows, cols, &mut rng);
-            let up = DeviceWeight::random(ty, rows, cols, &mut rng);
-            let x = int8_exact_row(cols, &mut rng);
-            let want: Vec<f32> = cpu_matmul(&gate, &x, 1)
-                .iter()
-                .zip(cpu_matmul(&up, &x, 1))
-                .map(|(&g, u)| g / (1.0 + (-g).exp()) * u)
-                .collect();
-            let copy = quantize_q8(&x);
-            let mut act = Q8Copy::zeroed(rows);
-            let mut out = DeviceBuffer::from_floats(&vec![f32::NAN; rows]);
-            run_swiglu_matvec(
-                &format!("matvec_swiglu_{}", type_suffix(ty)),
-                &copy,
-                [&gate, &up],
-                &mut out,
-                &mut act,
-            );
-            let label = format!("matvec_swiglu {ty} {rows}x{cols}");
-            let got = out.floats(rows);
-            check(&label, &got, &want, TOLERANCE);
-            check_q8_copy(&label, &act, &got, TOLERANCE);
-        }
     }
 }

@@ -197,10 +197,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
         projections.iter_mut().try_for_each(|(weight, out)| self.matmul(x, weight, n_rows, out))
     }
 
-    /// A feed-forward network's gated input: `act = silu(x · gate_weightᵀ) * (x · up_weightᵀ)`
-    /// (both weights of one shape), over `n_rows` rows. The same as [`Self::matmuls`] into `gate`
-    /// and `up`, then [`Self::swiglu`], which is what this default does; a backend may run them as
-    /// one, and then need not write `gate` and `up`, which are scratch for this op.
+    /// A feed-forward network's gated input: `gate = x · gate_weightᵀ`, `up = x · up_weightᵀ` (both
+    /// weights of one shape) and `act = silu(gate) * up`, over `n_rows` rows. The same as
+    /// [`Self::matmuls`] then [`Self::swiglu`], which is what this default does; a backend may run
+    /// them as one.
     fn swiglu_matmuls(
         &self,
         x: &Self::Tensor,

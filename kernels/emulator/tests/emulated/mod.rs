@@ -328,38 +328,6 @@ pub fn run_matvec(
     run(kernel, LaunchShape::linear(projections.blocks(), 128), &mut args);
 }
 
-/// Launches a fused gate/up/SwiGLU decode kernel as swiglu_matvec.rs does: a block of 128
-/// threads per 32 rows of `weights` (gate, then up, of one shape), writing `out` and `act`'s
-/// int8 copy.
-pub fn run_swiglu_matvec(
-    kernel: &str,
-    copy: &Q8Copy,
-    weights: [&DeviceWeight; 2],
-    out: &mut DeviceBuffer,
-    act: &mut Q8Copy,
-) {
-    let [gate, up] = weights;
-    let mut q = copy.values.words.as_ptr() as u64;
-    let mut scales = copy.scales.words.as_ptr() as u64;
-    let mut gate_ptr = gate.device.words.as_ptr() as u64;
-    let mut up_ptr = up.device.words.as_ptr() as u64;
-    let (mut row_bytes, mut cols) = (gate.row_bytes as u64, gate.cols as u32);
-    let (mut out_ptr, mut act_q, mut act_scales) =
-        (out.address(), act.values.address(), act.scales.address());
-    let mut args = [
-        ptr(&mut q),
-        ptr(&mut scales),
-        ptr(&mut gate_ptr),
-        ptr(&mut up_ptr),
-        ptr(&mut row_bytes),
-        ptr(&mut cols),
-        ptr(&mut out_ptr),
-        ptr(&mut act_q),
-        ptr(&mut act_scales),
-    ];
-    run(kernel, LaunchShape::linear((gate.rows / 32) as u32, 128), &mut args);
-}
-
 pub fn ptr<T>(value: &mut T) -> *mut c_void {
     (value as *mut T).cast()
 }

@@ -273,7 +273,7 @@ fn mmq_taking(
 }
 
 /// Rounds the first `n_values` of `x` (whole rows of whole blocks of 32) into its int8 copy.
-pub(super) fn quantize(
+fn quantize(
     device: &Device,
     x: &CudaTensor,
     n_values: usize,

@@ -43,7 +43,6 @@ mod rope;
 mod rows;
 mod sampling;
 mod sources;
-mod swiglu_matvec;
 mod transfer;
 
 pub use attention::MAX_HEAD_DIM;
@@ -88,9 +87,6 @@ pub struct CudaBackend {
     argmax_ids: Mutex<ScratchBuffer<u32>>,
     /// Tensor-core attention for verify and prefill batches; absent before sm_80.
     mma_attention: Option<MmaAttention>,
-    /// Whether decode steps' gate/up projections and SwiGLU may take one launch (see
-    /// swiglu_matvec.rs); off with `CANOPY_CUDA_FUSED_SWIGLU=0`.
-    fused_swiglu: bool,
     /// Bumped whenever device data may have changed without the ops below seeing it (a graph
     /// recorded or replayed), which makes every tensor's int8 copy stale (see matmul.rs).
     epoch: AtomicU64,
@@ -118,7 +114,6 @@ impl CudaBackend {
             split_attention,
             argmax_ids: Mutex::default(),
             mma_attention,
-            fused_swiglu: context::enabled_from_env("CANOPY_CUDA_FUSED_SWIGLU"),
             epoch: AtomicU64::new(0),
             name,
         })
@@ -392,14 +387,8 @@ impl Backend for CudaBackend {
         act: &mut CudaTensor,
     ) -> Result<(), BackendError> {
         let len = shape::swiglu_matmuls(x, n_rows, (gate_weight, &*gate), (up_weight, &*up), &*act)?;
-        act.invalidate_quantized();
-        let fused = self
-            .fused_swiglu
-            .then(|| swiglu_matvec::fused_kernel(n_rows, gate_weight, up_weight, self.device.sm_count));
-        if let Some(kernel) = fused.flatten() {
-            return swiglu_matvec::launch(self, kernel, x, gate_weight, up_weight, act);
-        }
         self.matmuls(x, n_rows, &mut [(gate_weight, &mut *gate), (up_weight, &mut *up)])?;
+        act.invalidate_quantized();
         // The down projection reads `act` next, with the same rows.
         elementwise::swiglu(self, gate, up, len, Some(n_rows), act)
     }

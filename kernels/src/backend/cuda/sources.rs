@@ -77,13 +77,9 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "matvec_any_bf16",
         ],
     },
-    // matvec_swiglu.cu reuses matvec_quant.cu's lanes: one translation unit.
     KernelSource {
         name: "matvec_quant.cu",
-        code: concat!(
-            include_str!("../../../cuda/matvec_quant.cu"),
-            include_str!("../../../cuda/matvec_swiglu.cu")
-        ),
+        code: include_str!("../../../cuda/matvec_quant.cu"),
         kernels: &[
             "quantize_q8",
             "matvec_q8_decode_q8_0",
@@ -103,10 +99,6 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "matvec_q8_quad_q6_k",
             "matvec_q8_batch_q6_k",
             "matvec_q8_decode_q4_k_q6_k",
-            "matvec_swiglu_q8_0",
-            "matvec_swiglu_q4_k",
-            "matvec_swiglu_q5_k",
-            "matvec_swiglu_q6_k",
         ],
     },
     // mmq_f16.cu reuses mmq.cu's tiles and lanes: one translation unit.
