@@ -63,6 +63,8 @@
 #define MMA_NARROW_MIN_SPLIT_TILES 2
 // Warps of attention_mma_merge's blocks, a query each.
 #define MMA_MERGE_WARPS 8
+// Split states whose loads a merge warp has in flight at once; divides the 64 splits it takes.
+#define MMA_MERGE_BATCH 16
 // Halves between consecutive key (and value) rows in shared memory: 272 bytes, so that the eight
 // 16-byte rows an ldmatrix matrix reads start in distinct bank quads.
 #define MMA_STRIDE (MMA_HEAD_DIM + 8)
@@ -415,7 +417,7 @@ ATTENTION_MMA_KERNEL(attention_mma_narrow, 1, MMA_NARROW_KEYS, MMA_NARROW_STAGES
 // dimensions of the output. With `out_q` set it also writes the output's int8 copy, and with
 // `out_halves` its f16 copy and row scales (1, as in attention.cu's HeadOutput), which the output
 // projection reads instead of rounding the output in a launch of its own.
-extern "C" __global__ void __launch_bounds__(MMA_MERGE_WARPS *WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(MMA_MERGE_WARPS *WARP_SIZE, 1)
     attention_mma_merge(const float2 *stats, const float *parts, u32 n_queries, u32 n_splits, u32 n_heads,
                         float *out, u32 *out_q, float2 *out_scales, u16 *out_halves, float *out_half_scales) {
     wait_for_previous_kernel();
@@ -434,17 +436,31 @@ extern "C" __global__ void __launch_bounds__(MMA_MERGE_WARPS *WARP_SIZE)
     const float low_weight = low.x == -INFINITY ? 0.0f : __expf(low.x - max);
     const float high_weight = high.x == -INFINITY ? 0.0f : __expf(high.x - max);
     const float sum = warp_sum(low_weight * low.y + high_weight * high.y);
+    // The parts of MMA_MERGE_BATCH splits are loaded before any is added: one or two at a time, a
+    // decode step's 64 splits after a few thousand keys were some 32 dependent L2 round trips,
+    // for 32 warps on the whole device. The launch bound's one block an SM lets ptxas give the
+    // batch its registers (96; aiming at full occupancy it held the kernel to 32 and two loads in
+    // flight). Splits without keys (weight 0) load nothing and add 0, and the sum keeps split
+    // order.
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (u32 split = 0; split < n_splits; ++split) {
-        const float w = __shfl_sync(FULL_MASK, split < WARP_SIZE ? low_weight : high_weight, split % WARP_SIZE);
-        if (w == 0.0f) {
-            continue;
+    for (u32 first = 0; first < n_splits; first += MMA_MERGE_BATCH) {
+        float w[MMA_MERGE_BATCH];
+        float4 part[MMA_MERGE_BATCH];
+#pragma unroll
+        for (int i = 0; i < MMA_MERGE_BATCH; ++i) {
+            // Splits past n_splits (below 64) hold the empty state's weight, 0.
+            const u32 split = first + i;
+            w[i] = __shfl_sync(FULL_MASK, split < WARP_SIZE ? low_weight : high_weight, split % WARP_SIZE);
+            part[i] = w[i] != 0.0f ? *(const float4 *)(parts + (first_state + split) * MMA_HEAD_DIM + 4 * lane)
+                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
-        const float4 part = *(const float4 *)(parts + (first_state + split) * MMA_HEAD_DIM + 4 * lane);
-        acc.x += w * part.x;
-        acc.y += w * part.y;
-        acc.z += w * part.z;
-        acc.w += w * part.w;
+#pragma unroll
+        for (int i = 0; i < MMA_MERGE_BATCH; ++i) {
+            acc.x += w[i] * part[i].x;
+            acc.y += w[i] * part[i].y;
+            acc.z += w[i] * part[i].z;
+            acc.w += w[i] * part[i].w;
+        }
     }
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
     const float4 value = make_float4(acc.x * inverse, acc.y * inverse, acc.z * inverse, acc.w * inverse);
