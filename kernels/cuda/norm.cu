@@ -37,9 +37,23 @@ template <bool PER_WARP, bool ADD, bool QUANTIZE>
 __device__ void norm_in_registers(float *x, const float *delta, const float *weight, u32 row_len, u32 n_rows,
                                   float eps, float *out, u32 *q, float2 *q_scales, u16 *halves,
                                   float *half_scales) {
+    const NormGroup<PER_WARP> group;
+    const u32 n_vecs = row_len / 4;
+    // Every load comes before the first store, the weights' before the wait (no kernel writes
+    // them): a load after a store through another pointer, which may alias it, cannot be moved
+    // above it, so loads and stores interleaved were a dependent L2 round trip per float4 of x,
+    // delta and weight, eight in a row for a decode step's 4096-wide row.
+    const float4 *weight4 = (const float4 *)weight;
+    float4 w[NORM_MAX_VECS];
+#pragma unroll
+    for (int k = 0; k < NORM_MAX_VECS; ++k) {
+        const u32 i = group.thread + k * group.threads;
+        if (group.row < n_rows && i < n_vecs) {
+            w[k] = weight4[i];
+        }
+    }
     wait_for_previous_kernel();
     let_next_matmul_start(n_rows);
-    const NormGroup<PER_WARP> group;
     // Warp-uniform: a whole warp leaves together, before any shuffle.
     if (group.row >= n_rows) {
         return;
@@ -47,16 +61,24 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
     const size_t offset = (size_t)group.row * row_len;
     float4 *x4 = (float4 *)(x + offset);
     const float4 *delta4 = (const float4 *)(delta + offset);
-    const u32 n_vecs = row_len / 4;
-    float4 v[NORM_MAX_VECS];
-    float sum_squares = 0.0f;
+    float4 v[NORM_MAX_VECS], d[NORM_MAX_VECS];
 #pragma unroll
     for (int k = 0; k < NORM_MAX_VECS; ++k) {
         const u32 i = group.thread + k * group.threads;
         if (i < n_vecs) {
             v[k] = x4[i];
             if (ADD) {
-                v[k] = add4(v[k], delta4[i]);
+                d[k] = delta4[i];
+            }
+        }
+    }
+    float sum_squares = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NORM_MAX_VECS; ++k) {
+        const u32 i = group.thread + k * group.threads;
+        if (i < n_vecs) {
+            if (ADD) {
+                v[k] = add4(v[k], d[k]);
                 x4[i] = v[k];
             }
             sum_squares += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
@@ -64,7 +86,6 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
     }
     sum_squares = PER_WARP ? warp_sum(sum_squares) : block_sum(sum_squares);
     const float inv_rms = 1.0f / sqrtf(sum_squares / (float)row_len + eps);
-    const float4 *weight4 = (const float4 *)weight;
     float4 *out4 = (float4 *)(out + offset);
     float amax = 0.0f;
 #pragma unroll
@@ -73,9 +94,8 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
         const bool live = i < n_vecs;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (live) {
-            const float4 w = weight4[i];
-            o = make_float4(v[k].x * inv_rms * w.x, v[k].y * inv_rms * w.y, v[k].z * inv_rms * w.z,
-                            v[k].w * inv_rms * w.w);
+            o = make_float4(v[k].x * inv_rms * w[k].x, v[k].y * inv_rms * w[k].y, v[k].z * inv_rms * w[k].z,
+                            v[k].w * inv_rms * w[k].w);
             out4[i] = o;
         }
         // A group's threads come in whole warps, and a block of 32 columns in 8 consecutive
