@@ -10,6 +10,7 @@
 
 #define INPUT_WARPS 4
 #define INPUT_MAX_HEAD_DIM 512
+#define INPUT_LANE_DIMS (INPUT_MAX_HEAD_DIM / WARP_SIZE)
 
 // Dimension d (< rotary_dim) of a normalised head after its rotation by position `position`.
 __device__ __forceinline__ float rotated(const float *h, u32 d, u32 rotary_dim, bool neox, float position,
@@ -31,50 +32,73 @@ extern "C" __global__ void __launch_bounds__(INPUT_WARPS * WARP_SIZE)
                      const float *k_norm, float eps, const u32 *positions, const u32 *slots, u32 pool_rows,
                      u32 n_rows, u32 n_heads, u32 n_kv_heads, u32 head_dim, u32 rotary_dim, float theta, u32 neox,
                      float *q, float *k, u16 *k_pool, u16 *v_pool) {
-    wait_for_previous_kernel();
-    // The attention that follows fetches its committed keys and values meanwhile.
-    let_next_kernel_start();
     __shared__ float heads[INPUT_WARPS][INPUT_MAX_HEAD_DIM];
     const u32 warp = threadIdx.x / WARP_SIZE;
     const u32 lane = threadIdx.x % WARP_SIZE;
     const u32 per_row = n_heads + 2 * n_kv_heads;
     const size_t task = (size_t)blockIdx.x * INPUT_WARPS + warp;
-    if (task >= (size_t)n_rows * per_row) {
-        return;
-    }
+    const bool live = task < (size_t)n_rows * per_row;
     const u32 row = task / per_row;
     const u32 head = task % per_row;
+    const bool is_query = head < n_heads;
+    const bool is_value = head >= n_heads + n_kv_heads;
+    // Each lane's dimensions are lane + 32 i. Every load of a warp is issued before it stores
+    // anything (a load after a store through another pointer, which may alias it, waits for it),
+    // and the norm weights, which no kernel writes, before the wait: one dependent round trip
+    // after the wait instead of one per step of the loops.
+    float weights[INPUT_LANE_DIMS];
+    const float *weight = is_query ? q_norm : k_norm;
+#pragma unroll
+    for (u32 i = 0; i < INPUT_LANE_DIMS; ++i) {
+        const u32 d = lane + i * WARP_SIZE;
+        weights[i] = live && !is_value && d < head_dim ? weight[d] : 0.0f;
+    }
+    wait_for_previous_kernel();
+    // The attention that follows fetches its committed keys and values meanwhile.
+    let_next_kernel_start();
+    if (!live) {
+        return;
+    }
     const u32 slot = slots[row];
+    const float position = (float)positions[row];
     const size_t kv_row_len = (size_t)n_kv_heads * head_dim;
-    if (head >= n_heads + n_kv_heads) {
-        const u32 h = head - n_heads - n_kv_heads;
+    const u32 h = is_query ? head : is_value ? head - n_heads - n_kv_heads : head - n_heads;
+    const size_t offset = is_query ? ((size_t)row * n_heads + h) * head_dim : row * kv_row_len + h * head_dim;
+    const float *src = (is_query ? q_raw : is_value ? v : k_raw) + offset;
+    float x[INPUT_LANE_DIMS];
+#pragma unroll
+    for (u32 i = 0; i < INPUT_LANE_DIMS; ++i) {
+        const u32 d = lane + i * WARP_SIZE;
+        x[i] = d < head_dim ? src[d] : 0.0f;
+    }
+    if (is_value) {
         if (slot < pool_rows) {
-            const float *src = v + row * kv_row_len + h * head_dim;
             u16 *dst = v_pool + slot * kv_row_len + h * head_dim;
-            for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
-                dst[d] = f32_to_kv(src[d]);
+#pragma unroll
+            for (u32 i = 0; i < INPUT_LANE_DIMS; ++i) {
+                const u32 d = lane + i * WARP_SIZE;
+                if (d < head_dim) {
+                    dst[d] = f32_to_kv(x[i]);
+                }
             }
         }
         return;
     }
-    const bool is_query = head < n_heads;
-    const u32 h = is_query ? head : head - n_heads;
-    const size_t offset = is_query ? ((size_t)row * n_heads + h) * head_dim : row * kv_row_len + h * head_dim;
-    const float *src = (is_query ? q_raw : k_raw) + offset;
-    const float *weight = is_query ? q_norm : k_norm;
-    float *normed = heads[warp];
     float squares = 0.0f;
-    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
-        const float x = src[d];
-        normed[d] = x;
-        squares += x * x;
+#pragma unroll
+    for (u32 i = 0; i < INPUT_LANE_DIMS; ++i) {
+        squares += x[i] * x[i];
     }
     const float scale = 1.0f / sqrtf(warp_sum(squares) / (float)head_dim + eps);
-    for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
-        normed[d] = normed[d] * scale * weight[d];
+    float *normed = heads[warp];
+#pragma unroll
+    for (u32 i = 0; i < INPUT_LANE_DIMS; ++i) {
+        const u32 d = lane + i * WARP_SIZE;
+        if (d < head_dim) {
+            normed[d] = x[i] * scale * weights[i];
+        }
     }
     __syncwarp();
-    const float position = (float)positions[row];
     float *dst = (is_query ? q : k) + offset;
     u16 *pooled = !is_query && slot < pool_rows ? k_pool + slot * kv_row_len + h * head_dim : nullptr;
     for (u32 d = lane; d < head_dim; d += WARP_SIZE) {
