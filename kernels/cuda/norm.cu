@@ -41,8 +41,8 @@ __device__ void norm_in_registers(float *x, const float *delta, const float *wei
     const u32 n_vecs = row_len / 4;
     // Every load comes before the first store, the weights' before the wait (no kernel writes
     // them): a load after a store through another pointer, which may alias it, cannot be moved
-    // above it, so loads and stores interleaved were a dependent L2 round trip per float4 of x,
-    // delta and weight, eight in a row for a decode step's 4096-wide row.
+    // above it, so loads and stores interleaved cost a dependent L2 round trip per float4 a
+    // thread holds, and the weights' one more after the residual's stores.
     const float4 *weight4 = (const float4 *)weight;
     float4 w[NORM_MAX_VECS];
 #pragma unroll

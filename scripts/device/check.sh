@@ -284,7 +284,7 @@ fi
 # Every packed build and this one in turn on the 8B, `rounds` times, with `canopy bench`'s
 # arguments after the first two; one line a run (pp and tg in ms for their tokens, fwd in ms),
 # into $out/NAME.txt.
-# With AB_SWITCH set (say CANOPY_CUDA_FUSED_SWIGLU=0), the worktree's build also runs with that
+# With AB_SWITCH set (say CANOPY_CUDA_PDL=0), the worktree's build also runs with that
 # environment, as a build of its own.
 ab_lines() {
     local name=$1 rounds=$2
