@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The packed Q4_K experiment (packed_q4_k.cu) on the device: both kernels against a NumPy
 reference on random Q4_K blocks, then their times at Qwen3-8B's Q4_K verify shapes for 23 input
-rows (CUDA events, median of 7 runs of 50 launches that rotate over enough weight copies to miss
-the 50 MB L2).
+rows (50 launches recorded into a CUDA graph, rotating over enough weight copies to miss the 50 MB
+L2; the median of 7 replays by CUDA events). docs/performance.md, session 36, has the results.
 
 Needs PyTorch with CUDA (memory, events, the context) and NVRTC (libnvrtc.so.13, or the pip
 wheels beside torch). Usage: scripts/device/packed_q4_k.py [--compile-only]
@@ -60,7 +60,8 @@ def compile_cubin(arch):
     cubin = ctypes.create_string_buffer(size.value)
     nvrtc.nvrtcGetCUBIN(program, cubin)
     for kernel in KERNEL_NAMES:
-        lines = log.value.decode().split(f"Compiling entry function '{kernel}'")[1].splitlines()[1:4]
+        parts = log.value.decode().split(f"Compiling entry function '{kernel}'")
+        lines = parts[1].splitlines()[1:4] if len(parts) > 1 else []
         print(kernel, " ".join(line.split(":")[-1].strip() for line in lines if "ptxas" in line))
     return cubin.raw
 
@@ -167,13 +168,25 @@ def run(torch, kernels, rows, cols, splits, check):
     for name, weight in weights.items():
         rotation = [weight.clone() for _ in range(copies)]
         launches = 50
+
+        def launch_all():
+            for i in range(launches):
+                kernels.launch(name, x_gpu, x_scales, rotation[i % copies], rows, out, cols, splits, partials,
+                               arrivals)
+
+        # Recorded into a graph: launched one by one from Python, a launch costs more than the kernel.
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            launch_all()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            launch_all()
         times = []
         for repeat in range(8):
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            for i in range(launches):
-                kernels.launch(name, x_gpu, x_scales, rotation[i % copies], rows, out, cols, splits, partials,
-                               arrivals)
+            graph.replay()
             stop.record()
             torch.cuda.synchronize()
             if repeat:  # the first is the warm-up
