@@ -12,10 +12,12 @@
 //
 // The `mask` variant also stores each 4 bytes of quants as bytes 0, 2, 1, 3, so that one LOP3
 // (not a PRMT, whose selector ptxas keeps copying into a register) spreads two columns' bytes
-// under the exponent of 1024.
+// under the exponent of 1024. The `wide` variant stores a K part's first words of every lane, then
+// their second words (lane (g, t)'s word i at 256 + 1024 h + 512 i + 16 lane), so that each of a
+// warp's two quant loads reads 512 consecutive bytes instead of every other 16 of 1 KB.
 #define PACKED_TILE_BYTES 2304
 
-template <bool MASK> struct PackedQ4K : HalfActivations {
+template <bool MASK, bool WIDE> struct PackedQ4K : HalfActivations {
     struct Raw {
         uint4 head;
         uint4 qs[2];  // [i]: rows g (x, y) and g + 8 (z, w) at pair 2 k_part() + i
@@ -23,9 +25,9 @@ template <bool MASK> struct PackedQ4K : HalfActivations {
     __device__ static void load(const u8 *warp_tiles, u32 group, int lane, int g, int t, Raw &raw) {
         const u8 *tile = warp_tiles + (size_t)group * PACKED_TILE_BYTES;
         raw.head = load_weights_16(tile + 16 * (g + 8 * (t / 2)));
-        const u8 *quants = tile + 256 + 1024 * k_part() + 32 * lane;
+        const u8 *quants = tile + 256 + 1024 * k_part() + (WIDE ? 16 : 32) * lane;
         raw.qs[0] = load_weights_16(quants);
-        raw.qs[1] = load_weights_16(quants + 16);
+        raw.qs[1] = load_weights_16(quants + (WIDE ? 512 : 16));
     }
     // mmq_f16.cu's Q4_K group, with the lane's own head and both rows' words from its loads.
     template <int NF, int NT>
@@ -71,12 +73,12 @@ template <bool MASK> struct PackedQ4K : HalfActivations {
     }
 };
 
-// mmq<>'s loop on the packed tiles: rows a multiple of 64; K split over blockIdx.y, the splits
-// adding into `out` (zeroed by the caller) when there are several.
-template <bool MASK, int NF>
+// mmq<>'s loop on the packed tiles (rows a multiple of 64), with its end (mmq_store): K split over
+// blockIdx.y as there.
+template <bool MASK, bool WIDE, int NF>
 __device__ void mmq_packed(const HalfInput &x, const u8 *weight, u32 rows, float *out, u32 cols, u32 n_rows,
-                           HalfActivations::Tile<8 * NF> (&tiles)[2]) {
-    typedef PackedQ4K<MASK> L;
+                           float *partials, u32 *arrivals, HalfActivations::Tile<8 * NF> (&tiles)[2]) {
+    typedef PackedQ4K<MASK, WIDE> L;
     const int NT = 8 * NF;
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE % MMQ_WARPS;
@@ -110,38 +112,21 @@ __device__ void mmq_packed(const HalfInput &x, const u8 *weight, u32 rows, float
         L::template group<NF>(raw, tiles[current], g, t, acc);
         raw = next;
     }
-    add_k_parts<L::K_PARTS>(acc, (float *)tiles);
-    if (k_part() != 0) {
-        return;
-    }
-#pragma unroll
-    for (int f = 0; f < NF; ++f) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const u32 row = blockIdx.x * MMQ_ROWS + 16 * warp + g + 8 * (i / 2);
-            const u32 n = 8 * f + 2 * t + i % 2;
-            if (n < n_rows) {
-                const float value = acc[f][i] * x.scales[n];
-                if (gridDim.y == 1) {
-                    out[(size_t)n * rows + row] = value;
-                } else {
-                    atomicAdd(&out[(size_t)n * rows + row], value);
-                }
-            }
-        }
-    }
+    const Projection projection = {weight, out, (size_t)(cols / QK_K) * Q4_K_BYTES, rows, blockIdx.x};
+    mmq_store<L, NF>(acc, x, projection, n_rows, partials, arrivals, (float *)tiles);
 }
 
-#define PACKED_KERNEL(NAME, MASK)                                                                            \
+#define PACKED_KERNEL(NAME, MASK, WIDE)                                                                            \
     extern "C" __global__ void __launch_bounds__(MMQ_F16_THREADS, MMQ_F16_MIN_BLOCKS(3))                   \
         NAME(const u16 *x, const float *x_scales, const u8 *weight, u32 rows, float *out, u32 cols, u32 n_rows, \
-             float *, u32 *) {                                                                                 \
+             float *partials, u32 *arrivals) {                                                                 \
         __shared__ __align__(16) HalfActivations::Tile<24> tiles[2];                                           \
-        mmq_packed<MASK, 3>(HalfInput{x, x_scales}, weight, rows, out, cols, n_rows, tiles);                  \
+        mmq_packed<MASK, WIDE, 3>(HalfInput{x, x_scales}, weight, rows, out, cols, n_rows, partials, arrivals, tiles); \
     }
 
-PACKED_KERNEL(packed_q4_k_24, false)
-PACKED_KERNEL(packed_mask_q4_k_24, true)
+PACKED_KERNEL(packed_q4_k_24, false, false)
+PACKED_KERNEL(packed_mask_q4_k_24, true, false)
+PACKED_KERNEL(packed_wide_q4_k_24, false, true)
 
 // mmq_f16_q4_k_24 with one projection, behind the same signature.
 extern "C" __global__ void __launch_bounds__(MMQ_F16_THREADS, MMQ_F16_MIN_BLOCKS(3))

@@ -19,7 +19,7 @@ KERNELS = os.path.join(HERE, "..", "..", "kernels", "cuda")
 FILES = [os.path.join(KERNELS, name) for name in ("common.cuh", "quant.cuh", "mmq.cu", "mmq_f16.cu")]
 FILES.append(os.path.join(HERE, "packed_q4_k.cu"))
 BLOCK_BYTES, TILE_BYTES, N_ROWS, TILE_ROWS = 144, 2304, 23, 64
-KERNEL_NAMES = ("gguf_q4_k_24", "packed_q4_k_24", "packed_mask_q4_k_24")
+KERNEL_NAMES = ("gguf_q4_k_24", "packed_q4_k_24", "packed_mask_q4_k_24", "packed_wide_q4_k_24")
 
 
 def cuda_roots():
@@ -92,14 +92,14 @@ def dequantize(blocks):
     return w.reshape(rows, nb * 256)
 
 
-def pack(blocks, mask=False):
-    """The tiles of packed_q4_k.cu: (row tile, group) -> 16 heads, then [h][g][t][i][r][8 bytes];
-    with `mask`, each 4 quant bytes in the order 0, 2, 1, 3."""
+def pack(blocks, mask=False, wide=False):
+    """The tiles of packed_q4_k.cu: (row tile, group) -> 16 heads, then [h][g][t][i][r][8 bytes]
+    ([h][i][g][t][r][8 bytes] if `wide`); with `mask`, each 4 quant bytes in the order 0, 2, 1, 3."""
     rows, nb, _ = blocks.shape
     tiles = rows // 16
     heads = blocks[:, :, :16].reshape(tiles, 16, nb, 16).transpose(0, 2, 1, 3)
     qs = blocks[:, :, 16:].reshape(tiles, 2, 8, nb, 2, 2, 4, 8)  # w, r, g, G, h, i, t, byte
-    quants = qs.transpose(0, 3, 4, 2, 6, 5, 1, 7)  # w, G, h, g, t, i, r, byte
+    quants = qs.transpose(0, 3, 4, 5, 2, 6, 1, 7) if wide else qs.transpose(0, 3, 4, 2, 6, 5, 1, 7)
     if mask:
         quants = quants.reshape(tiles, nb, 512, 4)[..., [0, 2, 1, 3]]
     packed = np.concatenate([heads.reshape(tiles, nb, 256), quants.reshape(tiles, nb, 2048)], axis=2)
@@ -149,7 +149,8 @@ def run(torch, kernels, rows, cols, splits, check):
     partials = torch.zeros(tiles * splits * TILE_ROWS * 24, device=device)
     arrivals = torch.zeros(tiles, dtype=torch.int32, device=device)
     weights = {"gguf_q4_k_24": gguf, "packed_q4_k_24": packed,
-               "packed_mask_q4_k_24": torch.from_numpy(pack(blocks, mask=True)).to(device)}
+               "packed_mask_q4_k_24": torch.from_numpy(pack(blocks, mask=True)).to(device),
+               "packed_wide_q4_k_24": torch.from_numpy(pack(blocks, wide=True)).to(device)}
     line = f"{rows} x {cols}, {splits} split(s)"
     if check:
         reference = x.astype(np.float32) @ dequantize(blocks).T
