@@ -4,66 +4,25 @@ reference on random Q4_K blocks, then their times at Qwen3-8B's Q4_K verify shap
 rows (50 launches recorded into a CUDA graph, rotating over enough weight copies to miss the 50 MB
 L2; the median of 7 replays by CUDA events). docs/performance.md, session 36, has the results.
 
-Needs PyTorch with CUDA (memory, events, the context) and NVRTC (libnvrtc.so.13, or the pip
-wheels beside torch). Usage: scripts/device/packed_q4_k.py [--compile-only]
+Needs PyTorch with CUDA (memory, events, the context) and NVRTC (nvrtc.py). Usage:
+scripts/device/packed_q4_k.py [--compile-only]
 """
 import ctypes
-import glob
 import os
 import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-KERNELS = os.path.join(HERE, "..", "..", "kernels", "cuda")
-FILES = [os.path.join(KERNELS, name) for name in ("common.cuh", "quant.cuh", "mmq.cu", "mmq_f16.cu")]
-FILES.append(os.path.join(HERE, "packed_q4_k.cu"))
+import nvrtc
+
+SOURCES = ["mmq.cu", "mmq_f16.cu", os.path.join(os.path.dirname(os.path.abspath(__file__)), "packed_q4_k.cu")]
 BLOCK_BYTES, TILE_BYTES, N_ROWS, TILE_ROWS = 144, 2304, 23, 64
-KERNEL_NAMES = ("gguf_q4_k_24", "packed_q4_k_24", "packed_mask_q4_k_24", "packed_wide_q4_k_24")
-
-
-def cuda_roots():
-    roots = ["/usr/local/cuda"]
-    for base in sys.path:
-        roots += glob.glob(os.path.join(base, "nvidia", "cu13"))
-    return [root for root in roots if os.path.isdir(root)]
-
-
-def load_nvrtc():
-    for root in cuda_roots():
-        for lib in glob.glob(os.path.join(root, "lib*", "libnvrtc.so.13*")):
-            builtins = glob.glob(os.path.join(os.path.dirname(lib), "libnvrtc-builtins.so.13*"))
-            if builtins:
-                ctypes.CDLL(builtins[0], mode=ctypes.RTLD_GLOBAL)
-            return ctypes.CDLL(lib), root
-    sys.exit("no libnvrtc.so.13")
+KERNEL_NAMES = ("gguf_q4_k_24", "packed_q4_k_24", "packed_wide_q4_k_24")
 
 
 def compile_cubin(arch):
-    nvrtc, root = load_nvrtc()
-    source = "\n".join(open(path).read() for path in FILES)
-    program = ctypes.c_void_p()
-    if nvrtc.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"packed_q4_k.cu", 0, None, None):
-        sys.exit("nvrtcCreateProgram failed")
-    options = [f"--gpu-architecture={arch}", "--std=c++17", "--ptxas-options=-v"]
-    options += [f"-I{d}" for d in (os.path.join(root, "include"), os.path.join(root, "include", "cccl"))
-                if os.path.isdir(d)]
-    encoded = [o.encode() for o in options]
-    status = nvrtc.nvrtcCompileProgram(program, len(encoded), (ctypes.c_char_p * len(encoded))(*encoded))
-    size = ctypes.c_size_t()
-    nvrtc.nvrtcGetProgramLogSize(program, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    nvrtc.nvrtcGetProgramLog(program, log)
-    if status:
-        sys.exit(log.value.decode())
-    nvrtc.nvrtcGetCUBINSize(program, ctypes.byref(size))
-    cubin = ctypes.create_string_buffer(size.value)
-    nvrtc.nvrtcGetCUBIN(program, cubin)
-    for kernel in KERNEL_NAMES:
-        parts = log.value.decode().split(f"Compiling entry function '{kernel}'")
-        lines = parts[1].splitlines()[1:4] if len(parts) > 1 else []
-        print(kernel, " ".join(line.split(":")[-1].strip() for line in lines if "ptxas" in line))
-    return cubin.raw
+    cubin, _ = nvrtc.compile_cubin(SOURCES, "packed_q4_k.cu", arch)
+    return cubin
 
 
 def random_q4_k(rows, cols, seed):
@@ -92,16 +51,14 @@ def dequantize(blocks):
     return w.reshape(rows, nb * 256)
 
 
-def pack(blocks, mask=False, wide=False):
+def pack(blocks, wide=False):
     """The tiles of packed_q4_k.cu: (row tile, group) -> 16 heads, then [h][g][t][i][r][8 bytes]
-    ([h][i][g][t][r][8 bytes] if `wide`); with `mask`, each 4 quant bytes in the order 0, 2, 1, 3."""
+    ([h][i][g][t][r][8 bytes] if `wide`)."""
     rows, nb, _ = blocks.shape
     tiles = rows // 16
     heads = blocks[:, :, :16].reshape(tiles, 16, nb, 16).transpose(0, 2, 1, 3)
     qs = blocks[:, :, 16:].reshape(tiles, 2, 8, nb, 2, 2, 4, 8)  # w, r, g, G, h, i, t, byte
     quants = qs.transpose(0, 3, 4, 5, 2, 6, 1, 7) if wide else qs.transpose(0, 3, 4, 2, 6, 5, 1, 7)
-    if mask:
-        quants = quants.reshape(tiles, nb, 512, 4)[..., [0, 2, 1, 3]]
     packed = np.concatenate([heads.reshape(tiles, nb, 256), quants.reshape(tiles, nb, 2048)], axis=2)
     return np.ascontiguousarray(packed).reshape(-1)
 
@@ -149,7 +106,6 @@ def run(torch, kernels, rows, cols, splits, check):
     partials = torch.zeros(tiles * splits * TILE_ROWS * 24, device=device)
     arrivals = torch.zeros(tiles, dtype=torch.int32, device=device)
     weights = {"gguf_q4_k_24": gguf, "packed_q4_k_24": packed,
-               "packed_mask_q4_k_24": torch.from_numpy(pack(blocks, mask=True)).to(device),
                "packed_wide_q4_k_24": torch.from_numpy(pack(blocks, wide=True)).to(device)}
     line = f"{rows} x {cols}, {splits} split(s)"
     if check:
