@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The packed Q4_K experiment (packed_q4_k.cu) on the device: both kernels against a NumPy
-reference on random Q4_K blocks, then their times at Qwen3-8B's Q4_K verify shapes for 23 input
-rows (50 launches recorded into a CUDA graph, rotating over enough weight copies to miss the 50 MB
-L2; the median of 7 replays by CUDA events). docs/performance.md, session 36, has the results.
+"""The packed Q4_K experiment (packed_q4_k.cu) on the device: the GGUF kernel and the packed
+ones against a NumPy reference on random Q4_K blocks, then their times at Qwen3-8B's Q4_K verify
+shapes for 23 input rows (50 launches recorded into a CUDA graph, rotating over enough weight
+copies to miss the 50 MB L2; the median of 7 replays by CUDA events). docs/performance.md,
+session 36, has the results.
 
 Needs PyTorch with CUDA (memory, events, the context) and NVRTC (nvrtc.py). Usage:
 scripts/device/packed_q4_k.py [--compile-only]
@@ -16,13 +17,9 @@ import numpy as np
 import nvrtc
 
 SOURCES = ["mmq.cu", "mmq_f16.cu", os.path.join(os.path.dirname(os.path.abspath(__file__)), "packed_q4_k.cu")]
-BLOCK_BYTES, TILE_BYTES, N_ROWS, TILE_ROWS = 144, 2304, 23, 64
+# Q4_K block bytes; input rows, the kernels' tile of them, and weight rows a block.
+BLOCK_BYTES, N_ROWS, TILE_N, TILE_ROWS = 144, 23, 24, 64
 KERNEL_NAMES = ("gguf_q4_k_24", "packed_q4_k_24", "packed_wide_q4_k_24")
-
-
-def compile_cubin(arch):
-    cubin, _ = nvrtc.compile_cubin(SOURCES, "packed_q4_k.cu", arch)
-    return cubin
 
 
 def random_q4_k(rows, cols, seed):
@@ -67,7 +64,7 @@ class Kernels:
     def __init__(self, torch):
         self.torch = torch
         major, minor = torch.cuda.get_device_capability()
-        cubin = compile_cubin(f"sm_{major}{minor}")
+        cubin, _ = nvrtc.compile_cubin(SOURCES, "packed_q4_k.cu", f"sm_{major}{minor}")
         torch.zeros(1, device="cuda")  # the primary context, current on this thread
         self.cuda = ctypes.CDLL("libcuda.so.1")
         module = ctypes.c_void_p()
@@ -100,13 +97,12 @@ def run(torch, kernels, rows, cols, splits, check):
     x = rng.uniform(-1, 1, size=(N_ROWS, cols)).astype(np.float16)
     x_gpu = torch.from_numpy(x.view(np.int16)).to(device)
     x_scales = torch.ones(N_ROWS, device=device)
-    gguf = torch.from_numpy(blocks.reshape(-1)).to(device)
-    packed = torch.from_numpy(pack(blocks)).to(device)
     tiles = rows // TILE_ROWS
-    partials = torch.zeros(tiles * splits * TILE_ROWS * 24, device=device)
+    partials = torch.zeros(tiles * splits * TILE_ROWS * TILE_N, device=device)
     arrivals = torch.zeros(tiles, dtype=torch.int32, device=device)
-    weights = {"gguf_q4_k_24": gguf, "packed_q4_k_24": packed,
-               "packed_wide_q4_k_24": torch.from_numpy(pack(blocks, wide=True)).to(device)}
+    layouts = {"gguf_q4_k_24": blocks.reshape(-1), "packed_q4_k_24": pack(blocks),
+               "packed_wide_q4_k_24": pack(blocks, wide=True)}
+    weights = {name: torch.from_numpy(layout).to(device) for name, layout in layouts.items()}
     line = f"{rows} x {cols}, {splits} split(s)"
     if check:
         reference = x.astype(np.float32) @ dequantize(blocks).T
@@ -157,7 +153,7 @@ def run(torch, kernels, rows, cols, splits, check):
 
 def main():
     if "--compile-only" in sys.argv:
-        compile_cubin("sm_90")
+        nvrtc.compile_cubin(SOURCES, "packed_q4_k.cu")
         return
     import torch
 
