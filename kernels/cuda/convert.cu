@@ -17,7 +17,7 @@ __device__ void dequantize_f16(const u8 *weight, size_t row_bytes, u32 rows, u32
         const u32 row = i / chunks_per_row;
         const u32 chunk = i % chunks_per_row;
         float values[F::CHUNK];
-        F::decode(weight + (size_t)row * row_bytes, cols, chunk, values);
+        F::decode(weight_row<FMT>(weight, row_bytes, row), cols, chunk, values);
         u32 packed[F::CHUNK / 2];
 #pragma unroll
         for (int k = 0; k < F::CHUNK / 2; ++k) {

@@ -167,7 +167,7 @@ __device__ void matvec_any(const float *x, const u8 *weight, size_t row_bytes, u
         return;
     }
     const u32 tile = min(8u, n_rows - first);
-    const u8 *w = weight + (size_t)row * row_bytes;
+    const WeightRow w = weight_row<FMT>(weight, row_bytes, row);
     const float *xs = x + (size_t)first * cols;
     float acc[8];
 #pragma unroll

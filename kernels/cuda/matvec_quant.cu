@@ -34,9 +34,9 @@ extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, flo
 //   dot(dec, x, lane)                    the lane's share of the row's dot product
 template <int FMT> struct QLanes;
 
-// Q4_K and Q5_K (16-byte aligned blocks): a group is four blocks, eight lanes per block. Lane j of
-// a block takes quant bytes 16j..16j+16, whose low nibbles are 16 columns of sub-block 2(j/2) and
-// high nibbles the same 16 of sub-block 2(j/2) + 1.
+// Q4_K and Q5_K: a group is four blocks, eight lanes per block. Lane j of a block takes quant
+// bytes 16j..16j+16 (half j % 2 of Q4_K's run j / 2 in its tiles), whose low nibbles are 16
+// columns of sub-block 2(j/2) and high nibbles the same 16 of sub-block 2(j/2) + 1.
 struct KQuantDecoded {
     u32 low[4], high[4];
     float scale_low, scale_high, min_low, min_high;
@@ -105,14 +105,13 @@ template <> struct QLanes<FMT_Q4_K> : KQuantLanes {
     struct Raw {
         uint4 head, qs;
     };
-    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+    __device__ static bool load(WeightRow row, u32 cols, u32 group, int lane, Raw &raw) {
         const u32 block = block_of(group, lane);
         if (block >= cols / QK_K) {
             return false;
         }
-        const u8 *bytes = row + (size_t)block * Q4_K_BYTES;
-        raw.head = *(const uint4 *)bytes;
-        raw.qs = *(const uint4 *)(bytes + 16 + 16 * (lane % 8));
+        raw.head = *(const uint4 *)q4_k_head(row, block);
+        raw.qs = *(const uint4 *)q4_k_quants(row, block, (lane % 8) / 2, 16 * (lane % 2));
         return true;
     }
     // The high nibbles stay where they are, as 16 q: a shift less per word.
@@ -133,12 +132,12 @@ template <> struct QLanes<FMT_Q5_K> : KQuantLanes {
     struct Raw {
         uint4 head, qh, qs;
     };
-    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+    __device__ static bool load(WeightRow row, u32 cols, u32 group, int lane, Raw &raw) {
         const u32 block = block_of(group, lane);
         if (block >= cols / QK_K) {
             return false;
         }
-        const u8 *bytes = row + (size_t)block * Q5_K_BYTES;
+        const u8 *bytes = row.base + (size_t)block * Q5_K_BYTES;
         raw.head = *(const uint4 *)bytes;
         raw.qh = *(const uint4 *)(bytes + 16 + 16 * (lane % 2));
         raw.qs = *(const uint4 *)(bytes + 48 + 16 * (lane % 8));
@@ -179,20 +178,20 @@ template <> struct QLanes<FMT_Q6_K> {
         float4 scales[2];  // (d, sum) of the four quarters' 32-column blocks
     };
     __device__ static u32 block_of(u32 group, int lane) { return group * 4 + lane / 8; }
-    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+    __device__ static bool load(WeightRow row, u32 cols, u32 group, int lane, Raw &raw) {
         const u32 block = block_of(group, lane);
         const u32 n_blocks = cols / QK_K;
         if (block >= n_blocks) {
             return false;
         }
-        const u8 *bytes = row + (size_t)block * Q6_K_QUANT_BYTES;
+        const u8 *bytes = row.base + (size_t)block * Q6_K_QUANT_BYTES;
         const int half_index = (lane % 8) / 4;
         const int l = 8 * (lane % 4);
         raw.ql_even = *(const uint2 *)(bytes + 64 * half_index + l);
         raw.ql_odd = *(const uint2 *)(bytes + 64 * half_index + 32 + l);
         raw.qh = *(const uint2 *)(bytes + 128 + 32 * half_index + l);
         raw.scales = *(const uint2 *)(bytes + 192 + 8 * half_index);
-        raw.d = ((const u16 *)(row + (size_t)n_blocks * Q6_K_QUANT_BYTES))[block];
+        raw.d = ((const u16 *)(row.base + (size_t)n_blocks * Q6_K_QUANT_BYTES))[block];
         return true;
     }
     __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
@@ -254,14 +253,14 @@ template <> struct QLanes<FMT_Q8_0> {
         float d;
     };
     __device__ static u32 block_of(u32 group, int lane) { return group * 16 + lane / 2; }
-    __device__ static bool load(const u8 *row, u32 cols, u32 group, int lane, Raw &raw) {
+    __device__ static bool load(WeightRow row, u32 cols, u32 group, int lane, Raw &raw) {
         const u32 block = block_of(group, lane);
         const u32 n_blocks = cols / QK8_0;
         if (block >= n_blocks) {
             return false;
         }
-        raw.q = *(const uint4 *)(row + (size_t)block * Q8_0_QUANT_BYTES + 16 * (lane % 2));
-        raw.d = ((const u16 *)(row + (size_t)n_blocks * Q8_0_QUANT_BYTES))[block];
+        raw.q = *(const uint4 *)(row.base + (size_t)block * Q8_0_QUANT_BYTES + 16 * (lane % 2));
+        raw.d = ((const u16 *)(row.base + (size_t)n_blocks * Q8_0_QUANT_BYTES))[block];
         return true;
     }
     __device__ static void decode(const Raw &raw, int, Decoded &dec) {
@@ -309,11 +308,12 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
         for (u32 group = warp; group < n_groups; group += QMATVEC_WARPS) {
             typename L::Raw raw[ROWS];
             bool has_block = true;
+            // Their sums are never written for rows past the end (ROWS divides a Q4_K tile's 16).
+            WeightRow weight_rows[ROWS];
+            consecutive_rows<FMT>(weight, row_bytes, row0, 1, rows, weight_rows);
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) {
-                // Rows past the end repeat the last one; their sums are never written.
-                const u32 row = min(row0 + r, rows - 1);
-                has_block = L::load(weight + (size_t)row * row_bytes, cols, group, lane, raw[r]);
+                has_block = L::load(weight_rows[r], cols, group, lane, raw[r]);
             }
             // The weights are no kernel's output, so the first group's loads are in flight before
             // the wait for the kernel that wrote the activations (returning at once after that).

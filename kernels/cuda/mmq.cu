@@ -198,19 +198,19 @@ __device__ __forceinline__ void k_quant_scale_min(uint4 head, int s, float &scal
     min = f16_bits_to_f32(head.x >> 16) * (float)mn;
 }
 
-// Q4_K: sub-blocks 2p and 2p + 1 share quant bytes 32p..32p + 32 (low nibbles, then high), so
-// lane t's 8-byte load at 32p + 8t gives its columns of both.
+// Q4_K (tiled, see quant.cuh): sub-blocks 2p and 2p + 1 share quant run p (low nibbles, then
+// high), so lane t's 8-byte load at byte 8t of the run gives its columns of both.
 template <> struct MmqLanes<FMT_Q4_K> : Int8Activations<MMQ_GROUP_COLS + 32> {
+    static const int FORMAT = FMT_Q4_K;
     struct Raw {
         uint4 head;
         uint2 qs[4];
     };
-    __device__ static void load(const u8 *row, u32, u32 group, int t, Raw &raw) {
-        const u8 *block = row + (size_t)group * Q4_K_BYTES;
-        raw.head = *(const uint4 *)block;
+    __device__ static void load(WeightRow row, u32, u32 group, int t, Raw &raw) {
+        raw.head = *(const uint4 *)q4_k_head(row, group);
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-            raw.qs[p] = *(const uint2 *)(block + 16 + 32 * p + 8 * t);
+            raw.qs[p] = *(const uint2 *)q4_k_quants(row, group, p, 8 * t);
         }
     }
     template <int NF, int NT>
@@ -235,13 +235,14 @@ template <> struct MmqLanes<FMT_Q4_K> : Int8Activations<MMQ_GROUP_COLS + 32> {
 // Q5_K: as Q4_K, plus the fifth bits: bit s of qh[l] for column l of sub-block s, so lane t's
 // 8-byte load of qh at 8t serves every sub-block.
 template <> struct MmqLanes<FMT_Q5_K> : Int8Activations<MMQ_GROUP_COLS + 32> {
+    static const int FORMAT = FMT_Q5_K;
     struct Raw {
         uint4 head;
         uint2 qh;
         uint2 qs[4];
     };
-    __device__ static void load(const u8 *row, u32, u32 group, int t, Raw &raw) {
-        const u8 *block = row + (size_t)group * Q5_K_BYTES;
+    __device__ static void load(WeightRow row, u32, u32 group, int t, Raw &raw) {
+        const u8 *block = row.base + (size_t)group * Q5_K_BYTES;
         raw.head = *(const uint4 *)block;
         raw.qh = *(const uint2 *)(block + 16 + 8 * t);
 #pragma unroll
@@ -272,17 +273,18 @@ template <> struct MmqLanes<FMT_Q5_K> : Int8Activations<MMQ_GROUP_COLS + 32> {
 // Q8_0 (split rows, see quant.cuh): a group is eight blocks; lane t loads quants 8t..8t+8 of each
 // and the eight blocks' scales d (16 bytes of the row's tail).
 template <> struct MmqLanes<FMT_Q8_0> : Int8Activations<MMQ_GROUP_COLS + 32> {
+    static const int FORMAT = FMT_Q8_0;
     struct Raw {
         uint2 q[MMQ_SUBS];
         uint4 d;
     };
-    __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
+    __device__ static void load(WeightRow row, u32 cols, u32 group, int t, Raw &raw) {
         const u32 first = group * MMQ_SUBS;
 #pragma unroll
         for (int s = 0; s < MMQ_SUBS; ++s) {
-            raw.q[s] = *(const uint2 *)(row + (size_t)(first + s) * Q8_0_QUANT_BYTES + 8 * t);
+            raw.q[s] = *(const uint2 *)(row.base + (size_t)(first + s) * Q8_0_QUANT_BYTES + 8 * t);
         }
-        raw.d = *(const uint4 *)(row + (size_t)(cols / QK8_0) * Q8_0_QUANT_BYTES + 2 * first);
+        raw.d = *(const uint4 *)(row.base + (size_t)(cols / QK8_0) * Q8_0_QUANT_BYTES + 2 * first);
     }
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t,
@@ -309,14 +311,15 @@ template <> struct MmqLanes<FMT_Q8_0> : Int8Activations<MMQ_GROUP_COLS + 32> {
 // l = 16e + 4t..+4: the low or high nibbles (j / 2) of ql bytes 64h + 32(j % 2) + l and bits 2j of
 // qh bytes 32h + l, so four ql words and two qh words per half h serve all its quarters.
 template <> struct MmqLanes<FMT_Q6_K> : Int8Activations<MMQ_GROUP_COLS + 16> {
+    static const int FORMAT = FMT_Q6_K;
     struct Raw {
         u32 ql[2][2][2];  // [h][j % 2][e]
         u32 qh[2][2];     // [h][e]
         uint4 scales;
         u16 d;
     };
-    __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
-        const u8 *block = row + (size_t)group * Q6_K_QUANT_BYTES;
+    __device__ static void load(WeightRow row, u32 cols, u32 group, int t, Raw &raw) {
+        const u8 *block = row.base + (size_t)group * Q6_K_QUANT_BYTES;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -327,7 +330,7 @@ template <> struct MmqLanes<FMT_Q6_K> : Int8Activations<MMQ_GROUP_COLS + 16> {
             }
         }
         raw.scales = *(const uint4 *)(block + 192);
-        raw.d = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
+        raw.d = ((const u16 *)(row.base + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
     }
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t,
@@ -518,13 +521,11 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     const int warp = threadIdx.x / WARP_SIZE % MMQ_WARPS;
     const int g = lane / 4, t = lane % 4;
     const u32 tile_row0 = projection.block * MMQ_ROWS;
-    // Rows past the end repeat the last one; their sums are never written.
-    const u8 *rows[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const u32 row = min(tile_row0 + 16 * warp + g + 8 * r, projection.rows - 1);
-        rows[r] = projection.weight + (size_t)row * projection.row_bytes;
-    }
+    // The lane's rows g and g + 8 of the warp's 16 (a Q4_K tile); their sums are never written
+    // for rows past the end.
+    WeightRow rows[2];
+    consecutive_rows<L::FORMAT>(projection.weight, projection.row_bytes, tile_row0 + 16 * warp + g, 8, projection.rows,
+                                rows);
     const u32 n_groups = cols / MMQ_GROUP_COLS;
     const u32 per_split = (n_groups + gridDim.y - 1) / gridDim.y;
     const u32 begin = min(n_groups, blockIdx.y * per_split);

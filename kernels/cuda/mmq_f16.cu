@@ -161,21 +161,21 @@ __device__ __forceinline__ void q4_k_group(uint4 head, const Words &words, const
 
 template <int FMT> struct MmhLanes;
 
-// Q4_K: lane t's 8-byte load at 32p + 8t holds its columns of sub-blocks 2p (low nibbles) and
-// 2p + 1 (high nibbles), as in mmq.cu; K part h takes the pairs p = 2h, 2h + 1.
+// Q4_K (tiled, see quant.cuh): lane t's 8-byte load at byte 8t of run p holds its columns of
+// sub-blocks 2p (low nibbles) and 2p + 1 (high nibbles), as in mmq.cu; K part h takes the runs
+// p = 2h, 2h + 1.
 template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
+    static const int FORMAT = FMT_Q4_K;
     static const int PART_PAIRS = PART_SUBS / 2;
     struct Raw {
         uint4 head;
         uint2 qs[PART_PAIRS];
     };
-    __device__ static void load(const u8 *row, u32, u32 group, int t, Raw &raw) {
-        const u8 *block = row + (size_t)group * Q4_K_BYTES;
-        const u8 *part = block + 16 + 32 * PART_PAIRS * k_part() + 8 * t;
-        raw.head = load_weights_16(block);
+    __device__ static void load(WeightRow row, u32, u32 group, int t, Raw &raw) {
+        raw.head = load_weights_16(q4_k_head(row, group));
 #pragma unroll
         for (int i = 0; i < PART_PAIRS; ++i) {
-            raw.qs[i] = load_weights_8(part + 32 * i);
+            raw.qs[i] = load_weights_8(q4_k_quants(row, group, PART_PAIRS * k_part() + i, 8 * t));
         }
     }
     template <int NF, int NT>
@@ -191,20 +191,21 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
 // 64h + 32(j % 2) + l, bits 2j of qh bytes 32h + l, and scale 8h + 2j + t / 2 (one per 16
 // columns, so one per lane and sub-block). K part h takes half h.
 template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
+    static const int FORMAT = FMT_Q6_K;
     struct Raw {
         uint2 ql[2];  // [j % 2]
         uint2 qh;
         uint2 scales;
         u16 d;
     };
-    __device__ static void load(const u8 *row, u32 cols, u32 group, int t, Raw &raw) {
-        const u8 *block = row + (size_t)group * Q6_K_QUANT_BYTES;
+    __device__ static void load(WeightRow row, u32 cols, u32 group, int t, Raw &raw) {
+        const u8 *block = row.base + (size_t)group * Q6_K_QUANT_BYTES;
         const int h = k_part();
         raw.ql[0] = load_weights_8(block + 64 * h + 8 * t);
         raw.ql[1] = load_weights_8(block + 64 * h + 32 + 8 * t);
         raw.qh = load_weights_8(block + 128 + 32 * h + 8 * t);
         raw.scales = load_weights_8(block + 192 + 8 * h);
-        raw.d = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
+        raw.d = ((const u16 *)(row.base + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
     }
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {

@@ -1,8 +1,9 @@
 // Decoding of the device weight formats in chunks of consecutive elements, shared by embed, the
 // float matrix-vector kernels and the GEMM's f16 decode. A chunk never straddles a scale, so each
 // decodes with one scale (and min) lookup. Rows are GGUF blocks, except Q8_0 and Q6_K, whose rows
-// hold every block's quant bytes first and then every block's f16 scale d (layout.rs). The end of
-// the file holds what the two int8 matmul files share: their launch parameters.
+// hold every block's quant bytes first and then every block's f16 scale d, and Q4_K, whose rows
+// are interleaved in tiles of 16 (layout.rs). The end of the file holds what the two int8 matmul
+// files share: their launch parameters.
 
 #define FMT_F32 0
 #define FMT_F16 1
@@ -17,26 +18,75 @@
 #define Q4_K_BYTES 144
 #define Q5_K_BYTES 176
 
+// Q4_K rows lie in tiles of 16 rows by one block (256 columns), Q4_K_TILE_BYTES each, a tile row's
+// tiles in column order: the 16 rows' 16-byte heads (d, dmin, the packed scales and mins), then
+// for each 32-byte run of quant bytes (run p holds sub-blocks 2p and 2p + 1) the 16 rows' runs.
+// The tensor-core kernels' lanes, which take 8 bytes of a run for each of two rows g and g + 8,
+// then read 256 consecutive bytes a warp load instead of 8 rows' scattered sectors.
+#define Q4_K_TILE_ROWS 16
+#define Q4_K_TILE_BYTES (Q4_K_TILE_ROWS * Q4_K_BYTES)
+#define Q4_K_HEADS_BYTES (Q4_K_TILE_ROWS * 16)
+#define Q4_K_RUN_BYTES 32
+
+// A weight row as the kernels address it: `base` is its first byte, except in tiled Q4_K, where
+// it is the row's head in the first tile of its tile row and `runs` its first quant run there.
+struct WeightRow {
+    const u8 *base;
+    const u8 *runs;
+};
+
+template <int FMT> __device__ __forceinline__ WeightRow weight_row(const u8 *weight, size_t row_bytes, u32 row) {
+    if (FMT == FMT_Q4_K) {
+        const u32 in_tile = row % Q4_K_TILE_ROWS;
+        const u8 *tile = weight + (size_t)(row - in_tile) * row_bytes;
+        return {tile + 16 * in_tile, tile + Q4_K_HEADS_BYTES + Q4_K_RUN_BYTES * in_tile};
+    }
+    const u8 *start = weight + (size_t)row * row_bytes;
+    return {start, start};
+}
+
+// Weight rows first + step * i (i < N) of a weight of `rows` rows: rows past the end repeat the
+// last one, except in tiled Q4_K, where they are zero rows of the last tile; there the caller
+// passes rows of one tile, which then lie at constant offsets from the first.
+template <int FMT, int N>
+__device__ __forceinline__ void consecutive_rows(const u8 *weight, size_t row_bytes, u32 first, u32 step, u32 rows,
+                                                 WeightRow (&out)[N]) {
+    const WeightRow first_row = weight_row<FMT>(weight, row_bytes, FMT == FMT_Q4_K ? first : min(first, rows - 1));
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        out[i] = FMT == FMT_Q4_K ? WeightRow{first_row.base + 16 * step * i, first_row.runs + Q4_K_RUN_BYTES * step * i}
+                                 : weight_row<FMT>(weight, row_bytes, min(first + step * i, rows - 1));
+    }
+}
+
+// The head of Q4_K block `block` of a row, and byte `byte` of its quant run `run`.
+__device__ __forceinline__ const u8 *q4_k_head(WeightRow row, u32 block) {
+    return row.base + (size_t)block * Q4_K_TILE_BYTES;
+}
+__device__ __forceinline__ const u8 *q4_k_quants(WeightRow row, u32 block, int run, int byte) {
+    return row.runs + (size_t)block * Q4_K_TILE_BYTES + Q4_K_TILE_ROWS * Q4_K_RUN_BYTES * run + byte;
+}
+
 template <int FMT> struct Format;
 
 template <> struct Format<FMT_F32> {
     static const int CHUNK = 1;
-    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
-        out[0] = ((const float *)row)[chunk];
+    __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
+        out[0] = ((const float *)row.base)[chunk];
     }
 };
 
 template <> struct Format<FMT_F16> {
     static const int CHUNK = 1;
-    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
-        out[0] = f16_bits_to_f32(((const u16 *)row)[chunk]);
+    __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
+        out[0] = f16_bits_to_f32(((const u16 *)row.base)[chunk]);
     }
 };
 
 template <> struct Format<FMT_BF16> {
     static const int CHUNK = 1;
-    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
-        out[0] = bf16_bits_to_f32(((const u16 *)row)[chunk]);
+    __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
+        out[0] = bf16_bits_to_f32(((const u16 *)row.base)[chunk]);
     }
 };
 
@@ -44,10 +94,10 @@ template <> struct Format<FMT_BF16> {
 #define Q8_0_QUANT_BYTES 32
 template <> struct Format<FMT_Q8_0> {
     static const int CHUNK = 8;
-    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
+    __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
         const u32 block = chunk / 4;
-        const float d = f16_bits_to_f32(((const u16 *)(row + (size_t)(cols / QK8_0) * Q8_0_QUANT_BYTES))[block]);
-        const signed char *q = (const signed char *)(row + (size_t)block * Q8_0_QUANT_BYTES) + (chunk % 4) * CHUNK;
+        const float d = f16_bits_to_f32(((const u16 *)(row.base + (size_t)(cols / QK8_0) * Q8_0_QUANT_BYTES))[block]);
+        const signed char *q = (const signed char *)(row.base + (size_t)block * Q8_0_QUANT_BYTES) + (chunk % 4) * CHUNK;
 #pragma unroll
         for (int i = 0; i < CHUNK; ++i) {
             out[i] = d * (float)q[i];
@@ -66,19 +116,19 @@ __device__ __forceinline__ void q4_k_scale_min(const u8 *packed, int sub, int *s
     }
 }
 
-// Q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles.
-// Sub-blocks 2k and 2k+1 (32 elements each) share bytes 32k..32k+32: low nibbles, then high.
+// Q4_K (tiled, see above): f16 d, f16 dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes
+// of nibbles. Sub-blocks 2p and 2p+1 (32 elements each) share quant run p: low nibbles, then high.
 template <> struct Format<FMT_Q4_K> {
     static const int CHUNK = 16;
-    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
-        const u8 *block = row + (size_t)(chunk / 16) * Q4_K_BYTES;
+    __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
+        const u8 *head = q4_k_head(row, chunk / 16);
         const int element = (chunk % 16) * CHUNK;
         const int sub = element / 32;
         int scale, min;
-        q4_k_scale_min(block + 4, sub, &scale, &min);
-        const float d = f16_bits_to_f32(load_u16(block)) * (float)scale;
-        const float m = f16_bits_to_f32(load_u16(block + 2)) * (float)min;
-        const u8 *qs = block + 16 + (element / 64) * 32 + element % 32;
+        q4_k_scale_min(head + 4, sub, &scale, &min);
+        const float d = f16_bits_to_f32(load_u16(head)) * (float)scale;
+        const float m = f16_bits_to_f32(load_u16(head + 2)) * (float)min;
+        const u8 *qs = q4_k_quants(row, chunk / 16, element / 64, element % 32);
         const int shift = (sub % 2) * 4;
 #pragma unroll
         for (int i = 0; i < CHUNK; ++i) {
@@ -94,10 +144,10 @@ template <> struct Format<FMT_Q4_K> {
 #define Q6_K_QUANT_BYTES 208
 template <> struct Format<FMT_Q6_K> {
     static const int CHUNK = 16;
-    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
+    __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
         const u32 block_index = chunk / 16;
-        const u8 *block = row + (size_t)block_index * Q6_K_QUANT_BYTES;
-        const u16 d_bits = ((const u16 *)(row + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[block_index];
+        const u8 *block = row.base + (size_t)block_index * Q6_K_QUANT_BYTES;
+        const u16 d_bits = ((const u16 *)(row.base + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[block_index];
         const int element = (chunk % 16) * CHUNK;
         const int half_index = element / 128;
         const int quarter = (element % 128) / 32;
@@ -121,8 +171,8 @@ template <> struct Format<FMT_Q6_K> {
 // nibble of qs[32k + l] and bit 2k + h of qh[l].
 template <> struct Format<FMT_Q5_K> {
     static const int CHUNK = 16;
-    __device__ static void decode(const u8 *row, u32 cols, u32 chunk, float *out) {
-        const u8 *block = row + (size_t)(chunk / 16) * Q5_K_BYTES;
+    __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
+        const u8 *block = row.base + (size_t)(chunk / 16) * Q5_K_BYTES;
         const int element = (chunk % 16) * CHUNK;
         const int sub = element / 32;
         int scale, min;

@@ -13,7 +13,7 @@ __device__ void embed(const u8 *table, size_t row_bytes, u32 table_rows, u32 col
     if (id >= table_rows) {
         return;
     }
-    const u8 *row = table + (size_t)id * row_bytes;
+    const WeightRow row = weight_row<FMT>(table, row_bytes, id);
     float *dst = out + (size_t)blockIdx.x * cols;
     for (u32 chunk = threadIdx.x; chunk < cols / F::CHUNK; chunk += blockDim.x) {
         float values[F::CHUNK];

@@ -5,7 +5,7 @@
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
 #        [ab-verify] [ab-depths] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
-#        [narrow] [skip] [packed]
+#        [narrow] [skip]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -92,11 +92,6 @@ fi
 if has kernels; then
     # Per-shape matmul time against the measured read bandwidth (8B decode and verify shapes).
     "$bin/cuda_matmul_timing" 1,8,23 2>&1 | tee "$out/kernels.txt"
-fi
-if has packed; then
-    # The 23-row Q4_K product on repacked tiles against mmq_f16's kernel (session 36's experiment;
-    # needs PyTorch, not the packed binaries).
-    python3 scripts/device/packed_q4_k.py 2>&1 | tee "$out/packed.txt"
 fi
 if has serve; then
     # `canopy serve` on the GPU end to end: one worker per visible GPU, a chat completion over HTTP.

@@ -8,7 +8,7 @@ use std::ffi::c_void;
 
 use canopy_kernel_emulator::{LaunchShape, launch};
 use canopy_kernels::backend::cpu::CpuBackend;
-use canopy_kernels::backend::cuda::layout::{device_row_bytes, split_rows};
+use canopy_kernels::backend::cuda::layout::{device_bytes, device_row_bytes};
 use canopy_kernels::backend::{Backend, DeviceArray};
 use canopy_kernels::quant::GgmlType;
 
@@ -108,9 +108,9 @@ impl DeviceWeight {
     pub fn random(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Self {
         let gguf = random_blocks(ty, rows * cols / ty.block_size(), rng, Floats::Moderate);
         let gguf_row_bytes = cols / ty.block_size() * ty.type_size();
-        let device_bytes = split_rows(ty, &gguf, gguf_row_bytes).unwrap_or_else(|| gguf.clone());
+        let laid_out = device_bytes(ty, &gguf, gguf_row_bytes).unwrap_or_else(|| gguf.clone());
         let row_bytes = device_row_bytes(ty, gguf_row_bytes);
-        Self { ty, rows, cols, gguf, device: DeviceBuffer::from_bytes(&device_bytes), row_bytes }
+        Self { ty, rows, cols, gguf, device: DeviceBuffer::from_bytes(&laid_out), row_bytes }
     }
 }
 

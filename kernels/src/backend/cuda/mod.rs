@@ -5,8 +5,9 @@
 //! back to the CPU backend. Kernel sources are the `.cu` files of `kernels/cuda/`, embedded in the
 //! binary and compiled to CUBIN on first use, cached on disk (see [`cache_dir`]).
 //!
-//! Weights stay in their GGUF block format on the device (Q8_0 and Q6_K rows with their scales
-//! moved to the row's end, see layout.rs). Matmuls of fewer than 16 input rows (decode and small
+//! Weights keep their GGUF blocks on the device, rearranged for the kernels' loads (layout.rs):
+//! Q8_0 and Q6_K rows with their scales moved to the row's end, Q4_K rows interleaved in tiles
+//! of 16. Matmuls of fewer than 16 input rows (decode and small
 //! tree verifies) run matrix-vector kernels that read each weight byte once, with the activations
 //! rounded to int8 for the block-quantized formats. Verify-sized batches of 5 to 64 rows of
 //! block-quantized weights run tensor-core kernels that also read each weight byte once (mmq.rs;

@@ -116,8 +116,8 @@ pub(super) fn upload_weight(
 ) -> Result<CudaWeight, BackendError> {
     const OP: &str = "upload_weight";
     let gguf_row_bytes = weight_row_bytes(ty, rows, cols, bytes.len())?;
-    let split = layout::split_rows(ty, bytes, gguf_row_bytes);
-    let device_bytes = split.as_deref().unwrap_or(bytes);
+    let laid_out = layout::device_bytes(ty, bytes, gguf_row_bytes);
+    let device_bytes = laid_out.as_deref().unwrap_or(bytes);
     let mut buf = zeroed(device, OP, device_bytes.len())?;
     if !device_bytes.is_empty() {
         device
