@@ -35,7 +35,7 @@ extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, flo
 template <int FMT> struct QLanes;
 
 // Q4_K and Q5_K: a group is four blocks, eight lanes per block. Lane j of a block takes quant
-// bytes 16j..16j+16 (half j % 2 of Q4_K's run j / 2 in its tiles), whose low nibbles are 16
+// bytes 16j..16j+16 (half of a 32-byte run in Q4_K's tiles), whose low nibbles are 16
 // columns of sub-block 2(j/2) and high nibbles the same 16 of sub-block 2(j/2) + 1.
 struct KQuantDecoded {
     u32 low[4], high[4];
@@ -110,8 +110,8 @@ template <> struct QLanes<FMT_Q4_K> : KQuantLanes {
         if (block >= cols / QK_K) {
             return false;
         }
-        raw.head = *(const uint4 *)q4_k_head(row, block);
-        raw.qs = *(const uint4 *)q4_k_quants(row, block, (lane % 8) / 2, 16 * (lane % 2));
+        raw.head = *(const uint4 *)tile_head<FMT_Q4_K>(row, block);
+        raw.qs = *(const uint4 *)tile_quants<FMT_Q4_K>(row, block, (lane % 8) / 2, 16 * (lane % 2));
         return true;
     }
     // The high nibbles stay where they are, as 16 q: a shift less per word.
@@ -156,7 +156,7 @@ template <> struct QLanes<FMT_Q5_K> : KQuantLanes {
     }
 };
 
-// Q6_K (split rows, see quant.cuh): a group is four blocks, eight lanes per block. Lane k of a
+// Q6_K (tiled, see quant.cuh): a group is four blocks, eight lanes per block. Lane k of a
 // block takes half h = k / 4 and columns l = 8(k % 4)..+8 of each quarter j of that half: ql bytes
 // 64h + l (quarters 0 and 2) and 64h + 32 + l (1 and 3), qh bytes 32h + l, scale 8h + 2j + l / 16.
 // The weights stay unsigned, q in 0..63; the activations carry -32 times the sum of each of their
@@ -184,14 +184,13 @@ template <> struct QLanes<FMT_Q6_K> {
         if (block >= n_blocks) {
             return false;
         }
-        const u8 *bytes = row.base + (size_t)block * Q6_K_QUANT_BYTES;
         const int half_index = (lane % 8) / 4;
         const int l = 8 * (lane % 4);
-        raw.ql_even = *(const uint2 *)(bytes + 64 * half_index + l);
-        raw.ql_odd = *(const uint2 *)(bytes + 64 * half_index + 32 + l);
-        raw.qh = *(const uint2 *)(bytes + 128 + 32 * half_index + l);
-        raw.scales = *(const uint2 *)(bytes + 192 + 8 * half_index);
-        raw.d = ((const u16 *)(row.base + (size_t)n_blocks * Q6_K_QUANT_BYTES))[block];
+        raw.ql_even = *(const uint2 *)tile_quants<FMT_Q6_K>(row, block, 2 * half_index, l);
+        raw.ql_odd = *(const uint2 *)tile_quants<FMT_Q6_K>(row, block, 2 * half_index + 1, l);
+        raw.qh = *(const uint2 *)tile_quants<FMT_Q6_K>(row, block, 4 + half_index, l);
+        raw.scales = *(const uint2 *)(tile_head<FMT_Q6_K>(row, block) + 8 * half_index);
+        raw.d = tile_d<FMT_Q6_K>(row, block);
         return true;
     }
     __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {

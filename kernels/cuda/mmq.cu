@@ -207,10 +207,10 @@ template <> struct MmqLanes<FMT_Q4_K> : Int8Activations<MMQ_GROUP_COLS + 32> {
         uint2 qs[4];
     };
     __device__ static void load(WeightRow row, u32, u32 group, int t, Raw &raw) {
-        raw.head = *(const uint4 *)q4_k_head(row, group);
+        raw.head = *(const uint4 *)tile_head<FMT_Q4_K>(row, group);
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-            raw.qs[p] = *(const uint2 *)q4_k_quants(row, group, p, 8 * t);
+            raw.qs[p] = *(const uint2 *)tile_quants<FMT_Q4_K>(row, group, p, 8 * t);
         }
     }
     template <int NF, int NT>
@@ -306,7 +306,7 @@ template <> struct MmqLanes<FMT_Q8_0> : Int8Activations<MMQ_GROUP_COLS + 32> {
     }
 };
 
-// Q6_K (split rows, see quant.cuh): sub-block s = 4h + j is quarter j of half h (columns
+// Q6_K (tiled, see quant.cuh): sub-block s = 4h + j is quarter j of half h (columns
 // 128h + 32j + l), its 16-column halves e take scale 8h + 2j + e. Lane t's columns of half e are
 // l = 16e + 4t..+4: the low or high nibbles (j / 2) of ql bytes 64h + 32(j % 2) + l and bits 2j of
 // qh bytes 32h + l, so four ql words and two qh words per half h serve all its quarters.
@@ -319,18 +319,17 @@ template <> struct MmqLanes<FMT_Q6_K> : Int8Activations<MMQ_GROUP_COLS + 16> {
         u16 d;
     };
     __device__ static void load(WeightRow row, u32 cols, u32 group, int t, Raw &raw) {
-        const u8 *block = row.base + (size_t)group * Q6_K_QUANT_BYTES;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                raw.ql[h][0][e] = *(const u32 *)(block + 64 * h + 16 * e + 4 * t);
-                raw.ql[h][1][e] = *(const u32 *)(block + 64 * h + 32 + 16 * e + 4 * t);
-                raw.qh[h][e] = *(const u32 *)(block + 128 + 32 * h + 16 * e + 4 * t);
+                raw.ql[h][0][e] = *(const u32 *)tile_quants<FMT_Q6_K>(row, group, 2 * h, 16 * e + 4 * t);
+                raw.ql[h][1][e] = *(const u32 *)tile_quants<FMT_Q6_K>(row, group, 2 * h + 1, 16 * e + 4 * t);
+                raw.qh[h][e] = *(const u32 *)tile_quants<FMT_Q6_K>(row, group, 4 + h, 16 * e + 4 * t);
             }
         }
-        raw.scales = *(const uint4 *)(block + 192);
-        raw.d = ((const u16 *)(row.base + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
+        raw.scales = *(const uint4 *)tile_head<FMT_Q6_K>(row, group);
+        raw.d = tile_d<FMT_Q6_K>(row, group);
     }
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t,

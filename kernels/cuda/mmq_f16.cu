@@ -172,10 +172,10 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
         uint2 qs[PART_PAIRS];
     };
     __device__ static void load(WeightRow row, u32, u32 group, int t, Raw &raw) {
-        raw.head = load_weights_16(q4_k_head(row, group));
+        raw.head = load_weights_16(tile_head<FMT_Q4_K>(row, group));
 #pragma unroll
         for (int i = 0; i < PART_PAIRS; ++i) {
-            raw.qs[i] = load_weights_8(q4_k_quants(row, group, PART_PAIRS * k_part() + i, 8 * t));
+            raw.qs[i] = load_weights_8(tile_quants<FMT_Q4_K>(row, group, PART_PAIRS * k_part() + i, 8 * t));
         }
     }
     template <int NF, int NT>
@@ -186,7 +186,7 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
     }
 };
 
-// Q6_K (split rows, see quant.cuh): sub-block s = 4h + j is quarter j of half h, columns
+// Q6_K (tiled, see quant.cuh): sub-block s = 4h + j is quarter j of half h, columns
 // 128h + 32j + l. Lane t's columns l = 8t..8t+7 take the low or high nibbles (j / 2) of ql bytes
 // 64h + 32(j % 2) + l, bits 2j of qh bytes 32h + l, and scale 8h + 2j + t / 2 (one per 16
 // columns, so one per lane and sub-block). K part h takes half h.
@@ -199,13 +199,12 @@ template <> struct MmhLanes<FMT_Q6_K> : HalfActivations {
         u16 d;
     };
     __device__ static void load(WeightRow row, u32 cols, u32 group, int t, Raw &raw) {
-        const u8 *block = row.base + (size_t)group * Q6_K_QUANT_BYTES;
         const int h = k_part();
-        raw.ql[0] = load_weights_8(block + 64 * h + 8 * t);
-        raw.ql[1] = load_weights_8(block + 64 * h + 32 + 8 * t);
-        raw.qh = load_weights_8(block + 128 + 32 * h + 8 * t);
-        raw.scales = load_weights_8(block + 192 + 8 * h);
-        raw.d = ((const u16 *)(row.base + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[group];
+        raw.ql[0] = load_weights_8(tile_quants<FMT_Q6_K>(row, group, 2 * h, 8 * t));
+        raw.ql[1] = load_weights_8(tile_quants<FMT_Q6_K>(row, group, 2 * h + 1, 8 * t));
+        raw.qh = load_weights_8(tile_quants<FMT_Q6_K>(row, group, 4 + h, 8 * t));
+        raw.scales = load_weights_8(tile_head<FMT_Q6_K>(row, group) + 8 * h);
+        raw.d = tile_d<FMT_Q6_K>(row, group);
     }
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {

@@ -1,9 +1,9 @@
 // Decoding of the device weight formats in chunks of consecutive elements, shared by embed, the
 // float matrix-vector kernels and the GEMM's f16 decode. A chunk never straddles a scale, so each
-// decodes with one scale (and min) lookup. Rows are GGUF blocks, except Q8_0 and Q6_K, whose rows
-// hold every block's quant bytes first and then every block's f16 scale d, and Q4_K, whose rows
-// are interleaved in tiles of 16 (layout.rs). The end of the file holds what the two int8 matmul
-// files share: their launch parameters.
+// decodes with one scale (and min) lookup. Rows are GGUF blocks, except Q8_0, whose rows hold
+// every block's quant bytes first and then every block's f16 scale d, and Q4_K and Q6_K, whose
+// rows are interleaved in tiles of 16 (below; layout.rs). The end of the file holds what the two
+// int8 matmul files share: their launch parameters.
 
 #define FMT_F32 0
 #define FMT_F16 1
@@ -18,53 +18,83 @@
 #define Q4_K_BYTES 144
 #define Q5_K_BYTES 176
 
-// Q4_K rows lie in tiles of 16 rows by one block (256 columns), Q4_K_TILE_BYTES each, a tile row's
-// tiles in column order: the 16 rows' 16-byte heads (d, dmin, the packed scales and mins), then
-// for each 32-byte run of quant bytes (run p holds sub-blocks 2p and 2p + 1) the 16 rows' runs.
-// The tensor-core kernels' lanes, which take 8 bytes of a run for each of two rows g and g + 8,
-// then read 256 consecutive bytes a warp load instead of 8 rows' scattered sectors.
-#define Q4_K_TILE_ROWS 16
-#define Q4_K_TILE_BYTES (Q4_K_TILE_ROWS * Q4_K_BYTES)
-#define Q4_K_HEADS_BYTES (Q4_K_TILE_ROWS * 16)
-#define Q4_K_RUN_BYTES 32
+#define Q6_K_BYTES 210
 
-// A weight row as the kernels address it: `base` is its first byte, except in tiled Q4_K, where
-// it is the row's head in the first tile of its tile row and `runs` its first quant run there.
+// Q4_K and Q6_K rows lie in tiles of 16 rows by one block (256 columns), a tile row's tiles in
+// column order. A tile holds each part of its blocks for the 16 rows in turn: Q6_K first the f16
+// scales d; then the 16-byte heads (Q4_K: d, dmin and the packed scales and mins; Q6_K: the 16
+// signed scales); then each 32-byte run of quant bytes (Q4_K: run p holds sub-blocks 2p and 2p +
+// 1; Q6_K: ql in runs 0..3, qh in 4 and 5). The tensor-core kernels' lanes, which take 8 bytes of
+// a run for each of two rows g and g + 8, then read 256 consecutive bytes a warp load instead of
+// 8 rows' scattered sectors.
+#define TILE_ROWS 16
+#define TILE_HEAD_BYTES 16
+#define TILE_RUN_BYTES 32
+
+template <int FMT> struct Tiling {
+    static const bool TILED = false;
+    static const int D_BYTES = 0;
+    static const int TILE_BYTES = 0;
+};
+template <> struct Tiling<FMT_Q4_K> {
+    static const bool TILED = true;
+    static const int D_BYTES = 0;
+    static const int TILE_BYTES = TILE_ROWS * Q4_K_BYTES;
+};
+template <> struct Tiling<FMT_Q6_K> {
+    static const bool TILED = true;
+    static const int D_BYTES = 2;
+    static const int TILE_BYTES = TILE_ROWS * Q6_K_BYTES;
+};
+
+// A weight row as the kernels address it: `base` is its first byte, except in the tiled formats,
+// where it is the row's head in the first tile of its tile row, `runs` its first quant run there
+// and `d` its f16 scale there (Q6_K).
 struct WeightRow {
     const u8 *base;
     const u8 *runs;
+    const u8 *d;
 };
 
 template <int FMT> __device__ __forceinline__ WeightRow weight_row(const u8 *weight, size_t row_bytes, u32 row) {
-    if (FMT == FMT_Q4_K) {
-        const u32 in_tile = row % Q4_K_TILE_ROWS;
+    typedef Tiling<FMT> T;
+    if (T::TILED) {
+        const u32 in_tile = row % TILE_ROWS;
         const u8 *tile = weight + (size_t)(row - in_tile) * row_bytes;
-        return {tile + 16 * in_tile, tile + Q4_K_HEADS_BYTES + Q4_K_RUN_BYTES * in_tile};
+        const u8 *heads = tile + TILE_ROWS * T::D_BYTES;
+        return {heads + TILE_HEAD_BYTES * in_tile, heads + TILE_ROWS * TILE_HEAD_BYTES + TILE_RUN_BYTES * in_tile,
+                tile + T::D_BYTES * in_tile};
     }
     const u8 *start = weight + (size_t)row * row_bytes;
-    return {start, start};
+    return {start, start, start};
 }
 
 // Weight rows first + step * i (i < N) of a weight of `rows` rows: rows past the end repeat the
-// last one, except in tiled Q4_K, where they are zero rows of the last tile; there the caller
-// passes rows of one tile, which then lie at constant offsets from the first.
+// last one, except in the tiled formats, where they are zero rows of the last tile; there the
+// caller passes rows of one tile, which then lie at constant offsets from the first.
 template <int FMT, int N>
 __device__ __forceinline__ void consecutive_rows(const u8 *weight, size_t row_bytes, u32 first, u32 step, u32 rows,
                                                  WeightRow (&out)[N]) {
-    const WeightRow first_row = weight_row<FMT>(weight, row_bytes, FMT == FMT_Q4_K ? first : min(first, rows - 1));
+    typedef Tiling<FMT> T;
+    const WeightRow first_row = weight_row<FMT>(weight, row_bytes, T::TILED ? first : min(first, rows - 1));
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-        out[i] = FMT == FMT_Q4_K ? WeightRow{first_row.base + 16 * step * i, first_row.runs + Q4_K_RUN_BYTES * step * i}
-                                 : weight_row<FMT>(weight, row_bytes, min(first + step * i, rows - 1));
+        out[i] = T::TILED ? WeightRow{first_row.base + TILE_HEAD_BYTES * step * i,
+                                      first_row.runs + TILE_RUN_BYTES * step * i, first_row.d + T::D_BYTES * step * i}
+                          : weight_row<FMT>(weight, row_bytes, min(first + step * i, rows - 1));
     }
 }
 
-// The head of Q4_K block `block` of a row, and byte `byte` of its quant run `run`.
-__device__ __forceinline__ const u8 *q4_k_head(WeightRow row, u32 block) {
-    return row.base + (size_t)block * Q4_K_TILE_BYTES;
+// In a tiled row: the head of block `block`, byte `byte` of its quant run `run` (the GGUF block's
+// quant bytes 32 run..32 run + 31; a read stays within the run) and its d.
+template <int FMT> __device__ __forceinline__ const u8 *tile_head(WeightRow row, u32 block) {
+    return row.base + (size_t)block * Tiling<FMT>::TILE_BYTES;
 }
-__device__ __forceinline__ const u8 *q4_k_quants(WeightRow row, u32 block, int run, int byte) {
-    return row.runs + (size_t)block * Q4_K_TILE_BYTES + Q4_K_TILE_ROWS * Q4_K_RUN_BYTES * run + byte;
+template <int FMT> __device__ __forceinline__ const u8 *tile_quants(WeightRow row, u32 block, int run, int byte) {
+    return row.runs + (size_t)block * Tiling<FMT>::TILE_BYTES + TILE_ROWS * TILE_RUN_BYTES * run + byte;
+}
+template <int FMT> __device__ __forceinline__ u16 tile_d(WeightRow row, u32 block) {
+    return *(const u16 *)(row.d + (size_t)block * Tiling<FMT>::TILE_BYTES);
 }
 
 template <int FMT> struct Format;
@@ -121,14 +151,14 @@ __device__ __forceinline__ void q4_k_scale_min(const u8 *packed, int sub, int *s
 template <> struct Format<FMT_Q4_K> {
     static const int CHUNK = 16;
     __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
-        const u8 *head = q4_k_head(row, chunk / 16);
+        const u8 *head = tile_head<FMT_Q4_K>(row, chunk / 16);
         const int element = (chunk % 16) * CHUNK;
         const int sub = element / 32;
         int scale, min;
         q4_k_scale_min(head + 4, sub, &scale, &min);
         const float d = f16_bits_to_f32(load_u16(head)) * (float)scale;
         const float m = f16_bits_to_f32(load_u16(head + 2)) * (float)min;
-        const u8 *qs = q4_k_quants(row, chunk / 16, element / 64, element % 32);
+        const u8 *qs = tile_quants<FMT_Q4_K>(row, chunk / 16, element / 64, element % 32);
         const int shift = (sub % 2) * 4;
 #pragma unroll
         for (int i = 0; i < CHUNK; ++i) {
@@ -137,25 +167,22 @@ template <> struct Format<FMT_Q4_K> {
     }
 };
 
-// Q6_K: 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 signed scales per block, the
-// blocks' f16 scales d after the row's quants. Element e = 128h + 32j + l (half h, quarter j)
+// Q6_K (tiled): 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 signed scales and an
+// f16 scale d per block. Element e = 128h + 32j + l (half h, quarter j)
 // takes the low or high nibble of ql[64h + l + 32(j % 2)] (high for j >= 2) and bits 2j..2j+2 of
 // qh[32h + l]; scale e / 16.
-#define Q6_K_QUANT_BYTES 208
 template <> struct Format<FMT_Q6_K> {
     static const int CHUNK = 16;
     __device__ static void decode(WeightRow row, u32 cols, u32 chunk, float *out) {
         const u32 block_index = chunk / 16;
-        const u8 *block = row.base + (size_t)block_index * Q6_K_QUANT_BYTES;
-        const u16 d_bits = ((const u16 *)(row.base + (size_t)(cols / QK_K) * Q6_K_QUANT_BYTES))[block_index];
         const int element = (chunk % 16) * CHUNK;
         const int half_index = element / 128;
         const int quarter = (element % 128) / 32;
         const int l0 = element % 32;
-        const u8 *ql = block + 64 * half_index + 32 * (quarter % 2) + l0;
-        const u8 *qh = block + 128 + 32 * half_index + l0;
-        const signed char scale = ((const signed char *)(block + 192))[element / 16];
-        const float d = f16_bits_to_f32(d_bits) * (float)scale;
+        const u8 *ql = tile_quants<FMT_Q6_K>(row, block_index, 2 * half_index + quarter % 2, l0);
+        const u8 *qh = tile_quants<FMT_Q6_K>(row, block_index, 4 + half_index, l0);
+        const signed char scale = ((const signed char *)tile_head<FMT_Q6_K>(row, block_index))[element / 16];
+        const float d = f16_bits_to_f32(tile_d<FMT_Q6_K>(row, block_index)) * (float)scale;
         const int nibble_shift = (quarter / 2) * 4;
         const int high_shift = 2 * quarter;
 #pragma unroll
