@@ -307,7 +307,7 @@ __device__ void matvec_q8(const u8 *x_q, const float2 *x_scales, const Projectio
         for (u32 group = warp; group < n_groups; group += QMATVEC_WARPS) {
             typename L::Raw raw[ROWS];
             bool has_block = true;
-            // Their sums are never written for rows past the end (ROWS divides a Q4_K tile's 16).
+            // Their sums are never written for rows past the end (ROWS divides a tile's 16 rows).
             WeightRow weight_rows[ROWS];
             consecutive_rows<FMT>(weight, row_bytes, row0, 1, rows, weight_rows);
 #pragma unroll

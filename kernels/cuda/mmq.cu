@@ -520,8 +520,8 @@ __device__ void mmq(const typename L::Input &x, const Projections &projections, 
     const int warp = threadIdx.x / WARP_SIZE % MMQ_WARPS;
     const int g = lane / 4, t = lane % 4;
     const u32 tile_row0 = projection.block * MMQ_ROWS;
-    // The lane's rows g and g + 8 of the warp's 16 (a Q4_K tile); their sums are never written
-    // for rows past the end.
+    // The lane's rows g and g + 8 of the warp's 16 (one tile of the tiled formats); their sums
+    // are never written for rows past the end.
     WeightRow rows[2];
     consecutive_rows<L::FORMAT>(projection.weight, projection.row_bytes, tile_row0 + 16 * warp + g, 8, projection.rows,
                                 rows);

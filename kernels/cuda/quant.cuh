@@ -17,7 +17,6 @@
 #define QK_K 256
 #define Q4_K_BYTES 144
 #define Q5_K_BYTES 176
-
 #define Q6_K_BYTES 210
 
 // Q4_K and Q6_K rows lie in tiles of 16 rows by one block (256 columns), a tile row's tiles in
