@@ -5,17 +5,29 @@
 #define CONVERT_THREADS 256
 
 // One chunk of F::CHUNK (8 or 16) elements per thread and step, stored as 16-byte vectors: the
-// output is the bulk of this kernel's traffic. The launcher checks that rows * cols / CHUNK fits
-// in 32 bits.
+// output is the bulk of this kernel's traffic. In the tiled formats the 32 threads of a warp take
+// one block of two neighbouring rows (16 chunks each), whose quant runs are adjacent 32-byte
+// sectors, rather than two blocks of one row, whose runs are sectors 512 bytes apart. The launcher
+// checks that rows * cols / 8 fits in 32 bits, which covers the chunks of whole row pairs.
 template <int FMT>
 __device__ void dequantize_f16(const u8 *weight, size_t row_bytes, u32 rows, u32 cols, u16 *out) {
     wait_for_previous_kernel();
     typedef Format<FMT> F;
     const u32 chunks_per_row = cols / F::CHUNK;
-    const u32 total = rows * chunks_per_row;
+    const u32 chunks_per_block = QK_K / F::CHUNK;
+    const u32 pair_rows = Tiling<FMT>::TILED ? 2 : 1;
+    const u32 total = (rows + pair_rows - 1) / pair_rows * pair_rows * chunks_per_row;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        const u32 row = i / chunks_per_row;
-        const u32 chunk = i % chunks_per_row;
+        u32 row = i / chunks_per_row;
+        u32 chunk = i % chunks_per_row;
+        if (Tiling<FMT>::TILED) {
+            const u32 in_pair = i % (2 * chunks_per_row);
+            row = i / (2 * chunks_per_row) * 2 + in_pair / chunks_per_block % 2;
+            chunk = in_pair / (2 * chunks_per_block) * chunks_per_block + in_pair % chunks_per_block;
+            if (row >= rows) {
+                continue;
+            }
+        }
         float values[F::CHUNK];
         F::decode(weight_row<FMT>(weight, row_bytes, row), cols, chunk, values);
         u32 packed[F::CHUNK / 2];
