@@ -288,8 +288,10 @@ __device__ void store_block_sums(const float (&acc)[ROWS][TILE], u32 row0, u32 r
 
 // Loads of weight bytes (read-only, read once) that ask L2 to fetch the 256-byte block around
 // them, for mmq_f16.cu, whose lanes read 8 or 16 bytes of a row at a time: part of the row's next
-// group then arrives with this one, at no instruction or register (H100: fwd23 4.281 -> 4.239 ms).
-// The decode matvecs, whose warps read whole blocks, were 2 % slower with it.
+// group then arrives with this one, at no instruction or register (H100: fwd23 4.281 -> 4.239 ms);
+// and for the decode matvecs on the tiled formats, whose loads are single sectors of a tile's
+// runs (H100: fwd1 2.674 -> 2.640 ms). On GGUF rows, whose blocks a warp reads whole, the decode
+// matvecs were 2 % slower with it.
 __device__ __forceinline__ uint2 load_weights_8(const void *p) {
 #if __CUDA_ARCH__ >= 800
     uint2 v;

@@ -110,8 +110,8 @@ template <> struct QLanes<FMT_Q4_K> : KQuantLanes {
         if (block >= cols / QK_K) {
             return false;
         }
-        raw.head = *(const uint4 *)tile_head<FMT_Q4_K>(row, block);
-        raw.qs = *(const uint4 *)tile_quants<FMT_Q4_K>(row, block, (lane % 8) / 2, 16 * (lane % 2));
+        raw.head = load_weights_16(tile_head<FMT_Q4_K>(row, block));
+        raw.qs = load_weights_16(tile_quants<FMT_Q4_K>(row, block, (lane % 8) / 2, 16 * (lane % 2)));
         return true;
     }
     // The high nibbles stay where they are, as 16 q: a shift less per word.
@@ -186,10 +186,10 @@ template <> struct QLanes<FMT_Q6_K> {
         }
         const int half_index = (lane % 8) / 4;
         const int l = 8 * (lane % 4);
-        raw.ql_even = *(const uint2 *)tile_quants<FMT_Q6_K>(row, block, 2 * half_index, l);
-        raw.ql_odd = *(const uint2 *)tile_quants<FMT_Q6_K>(row, block, 2 * half_index + 1, l);
-        raw.qh = *(const uint2 *)tile_quants<FMT_Q6_K>(row, block, 4 + half_index, l);
-        raw.scales = *(const uint2 *)(tile_head<FMT_Q6_K>(row, block) + 8 * half_index);
+        raw.ql_even = load_weights_8(tile_quants<FMT_Q6_K>(row, block, 2 * half_index, l));
+        raw.ql_odd = load_weights_8(tile_quants<FMT_Q6_K>(row, block, 2 * half_index + 1, l));
+        raw.qh = load_weights_8(tile_quants<FMT_Q6_K>(row, block, 4 + half_index, l));
+        raw.scales = load_weights_8(tile_head<FMT_Q6_K>(row, block) + 8 * half_index);
         raw.d = tile_d<FMT_Q6_K>(row, block);
         return true;
     }
