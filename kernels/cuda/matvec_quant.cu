@@ -29,6 +29,8 @@ extern "C" __global__ void quantize_q8(const float *x, u32 n_blocks, u32 *q, flo
 
 // How a warp's lanes share a format. A group is GROUP_COLS columns of a weight row.
 //   load(row, cols, group, lane, raw)    the lane's weight bytes; false when it has none
+//   load_block(row, block, lane, raw)    (Q4_K, Q6_K) the same of block `block`, as lane % 8 of it
+//   load_x_block(q, scales, block, lane, x)   (Q4_K, Q6_K) the activations load_block's bytes meet
 //   decode(raw, lane, dec)               weights as int8 words and float scales, registers only
 //   load_x(q, scales, group, lane, x)    the lane's activations of one input row
 //   dot(dec, x, lane)                    the lane's share of the row's dot product
@@ -82,7 +84,10 @@ struct KQuantLanes {
     typedef KQuantActivations Activations;
     __device__ static u32 block_of(u32 group, int lane) { return group * 4 + lane / 8; }
     __device__ static void load_x(const u8 *q, const float2 *scales, u32 group, int lane, Activations &x) {
-        const u32 col = block_of(group, lane) * QK_K + 64 * ((lane % 8) / 2) + 16 * (lane % 2);
+        load_x_block(q, scales, block_of(group, lane), lane, x);
+    }
+    __device__ static void load_x_block(const u8 *q, const float2 *scales, u32 block, int lane, Activations &x) {
+        const u32 col = block * QK_K + 64 * ((lane % 8) / 2) + 16 * (lane % 2);
         x.low = *(const uint4 *)(q + col);
         x.high = *(const uint4 *)(q + col + 32);
         x.scales = *(const float4 *)(scales + (col / 64) * 2);
@@ -110,9 +115,12 @@ template <> struct QLanes<FMT_Q4_K> : KQuantLanes {
         if (block >= cols / QK_K) {
             return false;
         }
+        load_block(row, block, lane, raw);
+        return true;
+    }
+    __device__ static void load_block(WeightRow row, u32 block, int lane, Raw &raw) {
         raw.head = load_weights_16(tile_head<FMT_Q4_K>(row, block));
         raw.qs = load_weights_16(tile_quants<FMT_Q4_K>(row, block, (lane % 8) / 2, 16 * (lane % 2)));
-        return true;
     }
     // The high nibbles stay where they are, as 16 q: a shift less per word.
     __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
@@ -184,6 +192,10 @@ template <> struct QLanes<FMT_Q6_K> {
         if (block >= n_blocks) {
             return false;
         }
+        load_block(row, block, lane, raw);
+        return true;
+    }
+    __device__ static void load_block(WeightRow row, u32 block, int lane, Raw &raw) {
         const int half_index = (lane % 8) / 4;
         const int l = 8 * (lane % 4);
         raw.ql_even = load_weights_8(tile_quants<FMT_Q6_K>(row, block, 2 * half_index, l));
@@ -191,7 +203,6 @@ template <> struct QLanes<FMT_Q6_K> {
         raw.qh = load_weights_8(tile_quants<FMT_Q6_K>(row, block, 4 + half_index, l));
         raw.scales = load_weights_8(tile_head<FMT_Q6_K>(row, block) + 8 * half_index);
         raw.d = tile_d<FMT_Q6_K>(row, block);
-        return true;
     }
     __device__ static void decode(const Raw &raw, int lane, Decoded &dec) {
         const float d = f16_bits_to_f32(raw.d);
@@ -212,7 +223,10 @@ template <> struct QLanes<FMT_Q6_K> {
         }
     }
     __device__ static void load_x(const u8 *q, const float2 *scales, u32 group, int lane, Activations &x) {
-        const u32 col = block_of(group, lane) * QK_K + 128 * ((lane % 8) / 4) + 8 * (lane % 4);
+        load_x_block(q, scales, block_of(group, lane), lane, x);
+    }
+    __device__ static void load_x_block(const u8 *q, const float2 *scales, u32 block, int lane, Activations &x) {
+        const u32 col = block * QK_K + 128 * ((lane % 8) / 4) + 8 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             x.q[j] = *(const uint2 *)(q + col + 32 * j);
@@ -401,3 +415,61 @@ MATVEC_Q8_KERNELS(q6_k, FMT_Q6_K, 5)
     }
 
 MATVEC_Q8_MIXED_KERNEL(matvec_q8_decode_q4_k_q6_k, FMT_Q4_K, FMT_Q6_K)
+
+// Decode (one input row) on the tiled formats, four weight rows a block as above, with each group
+// of eight lanes on one row (lane / 8) of one block at a time, as lane % 8 of matvec_q8's lanes:
+// the four rows' runs lie together in the tile, so that a load of the warp reads whole 128-byte
+// lines of it, where matvec_q8's lanes, spread over four blocks of one row, read one sector in
+// each of 16 lines (session 37: decode 4.5 % slower on tiles than on GGUF rows). A lane sums one
+// row; the block's sums are gathered as matvec_q8's, the other rows' entries zero. Selected by
+// CANOPY_CUDA_DECODE_LINES=1 (matmul.rs) until measured against matvec_q8.
+template <int FMT>
+__device__ void matvec_q8_lines(const u8 *x_q, const float2 *x_scales, const Projections &projections, u32 cols) {
+    typedef QLanes<FMT> L;
+    const int ROWS = 4;
+    const Projection projection = projection_of(projections, blockIdx.x);
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const u32 row0 = projection.block * ROWS;
+    const int own_row = lane / 8;
+    // Past the end, the zero rows of the last tile; their sums are never written.
+    const WeightRow row = weight_row<FMT>(projection.weight, projection.row_bytes, row0 + own_row);
+    float acc = 0.0f;
+#pragma unroll 4
+    for (u32 block = warp; block < cols / QK_K; block += QMATVEC_WARPS) {
+        typename L::Raw raw;
+        L::load_block(row, block, lane, raw);
+        wait_for_previous_kernel();
+        typename L::Activations x;
+        L::load_x_block(x_q, x_scales, block, lane, x);
+        typename L::Decoded dec;
+        L::decode(raw, lane, dec);
+        acc += L::dot(dec, x, lane);
+    }
+    // Warps without a block have not waited yet.
+    wait_for_previous_kernel();
+    let_next_kernel_start();
+    float sums[ROWS][1];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        sums[r][0] = r == own_row ? acc : 0.0f;
+    }
+    store_block_sums<QMATVEC_WARPS, ROWS, 1>(sums, row0, projection.rows, 0, 1, projection.out);
+}
+
+#define MATVEC_Q8_LINES_KERNEL(NAME, FMT_A, FMT_B)                                                    \
+    extern "C" __global__ void __launch_bounds__(QMATVEC_WARPS *WARP_SIZE, 8)                         \
+        NAME(const u8 *x_q, const float2 *x_scales, const Projections projections, u32 cols, u32 n_rows, \
+             u32 second_block) {                                                                     \
+        if (blockIdx.x < second_block) {                                                             \
+            matvec_q8_lines<FMT_A>(x_q, x_scales, projections, cols);                                 \
+        } else {                                                                                     \
+            matvec_q8_lines<FMT_B>(x_q, x_scales, projections, cols);                                 \
+        }                                                                                            \
+    }
+
+// Blocks before `second_block` take the first format, the rest the second (all four rows a block);
+// one format alone passes the grid size.
+MATVEC_Q8_LINES_KERNEL(matvec_q8_lines_q4_k, FMT_Q4_K, FMT_Q4_K)
+MATVEC_Q8_LINES_KERNEL(matvec_q8_lines_q6_k, FMT_Q6_K, FMT_Q6_K)
+MATVEC_Q8_LINES_KERNEL(matvec_q8_lines_q4_k_q6_k, FMT_Q4_K, FMT_Q6_K)

@@ -1,6 +1,7 @@
 //! The int8 matrix-vector kernels (matvec_quant.cu), emulated, against the CPU backend: every
 //! block-quantized format, each kernel by its batch sizes, several projections in one launch, and
-//! the mixed Q4_K/Q6_K decode kernel. The activations are ones that round to int8 exactly
+//! the mixed Q4_K/Q6_K decode kernel, and the decode kernels that read whole lines of the tiles.
+//! The activations are ones that round to int8 exactly
 //! (`int8_exact_row`), so the kernels must match the CPU's f32 products up to summation order.
 
 #![allow(clippy::unwrap_used)]
@@ -107,5 +108,42 @@ fn mixed_decode_kernel_matches_cpu() {
     run_matvec("matvec_q8_decode_q4_k_q6_k", &copy, &projections, cols, 1, Some(second_block));
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
         check(&format!("mixed projection {p}"), out, &cpu_matmul(weight, &x, 1), TOLERANCE);
+    }
+}
+
+/// The decode kernels whose lanes read whole lines of the tiles (`matvec_q8_lines_*`), for one
+/// format (37 rows, so a partial tile; columns as above) and for three projections, the last of
+/// another format, in one launch.
+#[test]
+fn line_decode_kernels_match_cpu() {
+    let mut rng = Rng::new(24);
+    for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+        for cols in [256, 1280, 5376] {
+            let weight = DeviceWeight::random(ty, 37, cols, &mut rng);
+            let x = int8_exact_row(cols, &mut rng);
+            let mut out = vec![f32::NAN; weight.rows];
+            let mut projections = Projections::default();
+            projections.push(&weight, &mut out, 4);
+            let kernel = format!("matvec_q8_lines_{}", type_suffix(ty));
+            run_matvec(&kernel, &quantize_q8(&x), &projections, cols, 1, Some(projections.blocks()));
+            check(&format!("{kernel} 37x{cols}"), &out, &cpu_matmul(&weight, &x, 1), TOLERANCE);
+        }
+    }
+    let cols = 2048;
+    let weights = [
+        DeviceWeight::random(GgmlType::Q4K, 64, cols, &mut rng),
+        DeviceWeight::random(GgmlType::Q4K, 18, cols, &mut rng),
+        DeviceWeight::random(GgmlType::Q6K, 19, cols, &mut rng),
+    ];
+    let x = int8_exact_row(cols, &mut rng);
+    let mut outs = weights.each_ref().map(|w| vec![f32::NAN; w.rows]);
+    let mut projections = Projections::default();
+    for (weight, out) in weights.iter().zip(outs.iter_mut()) {
+        projections.push(weight, out, 4);
+    }
+    let second_block = projections.first_block[2];
+    run_matvec("matvec_q8_lines_q4_k_q6_k", &quantize_q8(&x), &projections, cols, 1, Some(second_block));
+    for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
+        check(&format!("lines projection {p}"), out, &cpu_matmul(weight, &x, 1), TOLERANCE);
     }
 }

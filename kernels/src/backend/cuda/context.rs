@@ -105,6 +105,11 @@ pub(super) fn enabled_from_env(name: &str) -> bool {
     std::env::var(name).map_or(true, |value| value.trim() != "0")
 }
 
+/// A switch from the environment for what is not yet measured: on only when `$name` is `1`.
+pub(super) fn opted_in_from_env(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|value| value.trim() == "1")
+}
+
 /// A batch-size threshold from the environment, for tuning: `$name` when it holds a positive
 /// number, else `default`.
 pub(super) fn rows_from_env(name: &str, default: usize) -> usize {

@@ -10,11 +10,11 @@
 //! the float matrix-vector kernels each have a decode kernel that applies each activation load to
 //! four weight rows and a batch kernel for more than one input row.
 
-use std::sync::PoisonError;
+use std::sync::{OnceLock, PoisonError};
 
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 
-use super::context::{Device, driver, per_element, to_u32};
+use super::context::{Device, driver, opted_in_from_env, per_element, to_u32};
 use super::memory::{CudaTensor, CudaWeight, Q8_BLOCK};
 use super::mmq::{self, Mmq, MmqInput};
 use crate::backend::{BackendError, shape};
@@ -124,6 +124,23 @@ fn mixed_decode_kernel(first: GgmlType, second: GgmlType) -> Option<&'static str
     }
 }
 
+/// The decode kernel whose lanes read whole lines of the Q4_K and Q6_K tiles (matvec_quant.cu's
+/// `matvec_q8_lines`), for projections of type `first` followed by ones of type `second`, when
+/// `CANOPY_CUDA_DECODE_LINES=1` selects it (read once); until it is measured against the kernels of
+/// [`q8_kernels`], those stay the default.
+fn line_decode_kernel(first: GgmlType, second: Option<GgmlType>) -> Option<&'static str> {
+    static SELECTED: OnceLock<bool> = OnceLock::new();
+    if !*SELECTED.get_or_init(|| opted_in_from_env("CANOPY_CUDA_DECODE_LINES")) {
+        return None;
+    }
+    match (first, second) {
+        (GgmlType::Q4K, None) => Some("matvec_q8_lines_q4_k"),
+        (GgmlType::Q6K, None) => Some("matvec_q8_lines_q6_k"),
+        (GgmlType::Q4K, Some(GgmlType::Q6K)) => Some("matvec_q8_lines_q4_k_q6_k"),
+        _ => None,
+    }
+}
+
 /// The kernels of a block-quantized type, by input rows: one, two, up to four, more.
 fn q8_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
     match ty {
@@ -172,9 +189,10 @@ fn quantized_matmuls(
     let second = group.iter().position(|(weight, _)| weight.ty != ty);
     let second_ty = second.map(|second| group[second].0.ty);
     let mmq = mmq_taking(mmq, (ty, second_ty), n_rows, cols);
+    let line_kernel = if n_rows == 1 && mmq.is_none() { line_decode_kernel(ty, second_ty) } else { None };
     let mixed_kernel =
-        match (second_ty, mmq) {
-            (Some(second_ty), None) => Some(mixed_decode_kernel(ty, second_ty).ok_or_else(|| {
+        match (second_ty, mmq, line_kernel) {
+            (Some(second_ty), None, None) => Some(mixed_decode_kernel(ty, second_ty).ok_or_else(|| {
                 BackendError::shape(OP, "projections of two types without a kernel for both")
             })?),
             _ => None,
@@ -227,8 +245,8 @@ fn quantized_matmuls(
         let MmqInput::Int8(values, scales) = input else {
             return Err(BackendError::shape(OP, "f16 activations for a matrix-vector kernel"));
         };
-        let kernel = match (mixed_kernel, n_rows) {
-            (Some(mixed), 1) => mixed,
+        let kernel = match (line_kernel.or(mixed_kernel), n_rows) {
+            (Some(kernel), 1) => kernel,
             (Some(_), _) => {
                 return Err(BackendError::shape(OP, "projections of two types for more than one row"));
             }
@@ -243,7 +261,11 @@ fn quantized_matmuls(
         let n_rows = to_u32(OP, "n_rows", n_rows)?;
         let mut launch = device.launch(OP, kernel)?;
         launch.arg(values).arg(scales).value(&projections).arg(&cols).arg(&n_rows);
-        let second_block = second.map(|second| projections.first_block[second]);
+        // A line kernel of one format takes all the blocks as its first format's.
+        let second_block = match second {
+            Some(second) => Some(projections.first_block[second]),
+            None => line_kernel.map(|_| blocks),
+        };
         if let Some(second_block) = &second_block {
             launch.arg(second_block);
         }
@@ -251,7 +273,8 @@ fn quantized_matmuls(
         // the layout of layout.rs, whose rows the kernels read with aligned loads, and each output
         // holds n_rows * rows floats (shape-checked). A mixed kernel gets the first block of its
         // first projection of the second type, all of whose weights have that type, numbered at
-        // two rows a block as that branch computes them.
+        // two rows a block as that branch computes them; a line kernel, four rows a block in
+        // both formats, reads its rows past the end in the zero rows that pad the tiles.
         unsafe { launch.launch(config) }.map_err(driver(OP))?;
     }
     Ok(())

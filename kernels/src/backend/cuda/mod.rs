@@ -14,7 +14,9 @@
 //! sm_80 and later): on an f16 copy of the activations for Q4_K and Q6_K up to 32 rows, else on
 //! the int8 one. Other batches from 16 rows run through
 //! cuBLAS on the tensor cores (f16 operands) when the library is present.
-//! `CANOPY_CUDA_MMQ_MIN_ROWS` and `CANOPY_CUDA_GEMM_MIN_ROWS` move those thresholds, for tuning.
+//! `CANOPY_CUDA_MMQ_MIN_ROWS` and `CANOPY_CUDA_GEMM_MIN_ROWS` move those thresholds, for tuning;
+//! `CANOPY_CUDA_DECODE_LINES=1` selects decode kernels whose lanes read whole lines of the Q4_K and
+//! Q6_K tiles, until they are measured against the default ones.
 //! Embedding and matmul support F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K; other types are
 //! [`BackendError::Unsupported`] at upload.
 //!

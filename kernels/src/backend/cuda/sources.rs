@@ -99,6 +99,9 @@ pub const KERNEL_SOURCES: &[KernelSource] = &[
             "matvec_q8_quad_q6_k",
             "matvec_q8_batch_q6_k",
             "matvec_q8_decode_q4_k_q6_k",
+            "matvec_q8_lines_q4_k",
+            "matvec_q8_lines_q6_k",
+            "matvec_q8_lines_q4_k_q6_k",
         ],
     },
     // mmq_f16.cu reuses mmq.cu's tiles and lanes: one translation unit.
