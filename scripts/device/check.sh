@@ -5,7 +5,7 @@
 # target/device/; results go to $OUT.
 # Usage: scripts/device/check.sh [parity] [small] [8b] [verify] [kernels] [serve] [profile] [durations] [bf16] [ab]
 #        [ab-verify] [ab-depths] [switches] [mmq-profile] [durations23] [verify-depth] [attention-profile]
-#        [narrow] [skip]
+#        [narrow] [skip] [lines]
 # (default: parity small 8b). Build them here first with scripts/device/build.sh, or pack them with
 # scripts/device/pack.sh and run with BIN=target/carry (`ab` needs pack.sh's revisions).
 set -uo pipefail
@@ -264,6 +264,23 @@ if has switches; then
                 --decode 0 --forward 2,3,4 --repetitions 3 2>&1 | grep -E "fwd"
         done
     done | tee "$out/switches.txt"
+fi
+if has lines; then
+    # The decode kernels that read whole lines of the Q4_K and Q6_K tiles (session 37, opt-in by
+    # CANOPY_CUDA_DECODE_LINES=1): matmul parity and 8B greedy ids with them, then a same-binary
+    # A/B against the default decode kernels, twice.
+    CANOPY_CUDA_DECODE_LINES=1 CANOPY_REQUIRE_CUDA=1 "$bin/backend_cuda" --test-threads 1 --nocapture matmul \
+        >"$out/parity-lines.txt" 2>&1
+    echo "matmul parity, line kernels: exit $?"; grep -E "test result|FAILED|panicked" "$out/parity-lines.txt"
+    need_q8b
+    CANOPY_CUDA_DECODE_LINES=1 same_ids "$models/q8b.gguf" "The quick brown fox" 16 | tee -a "$out/ids.txt"
+    for round in 1 2; do
+        for lines in 0 1; do
+            echo "CANOPY_CUDA_DECODE_LINES=$lines (round $round):" $(CANOPY_CUDA_DECODE_LINES=$lines "$bin/canopy" bench \
+                "$models/q8b.gguf" --backend cuda --prefill 0 --decode 128 --depths 0,4096 --forward 1,23 \
+                --repetitions 3 2>&1 | grep -E "^\|.*(tg|fwd)" | tr -s ' ' | cut -d'|' -f4,6)
+        done
+    done | tee "$out/lines.txt"
 fi
 if has ab; then
     # The same decode and verify measurements, on an empty context and after 16384 tokens, with
