@@ -86,29 +86,33 @@ fn one_launch_serves_three_projections() {
     }
 }
 
-/// Q4_K_M's q and k in Q4_K with v in Q6_K: Q6_K blocks take two rows each.
-#[test]
-fn mixed_decode_kernel_matches_cpu() {
-    let mut rng = Rng::new(23);
+/// Q4_K_M's q and k in Q4_K with v in Q6_K in one launch of `kernel`, whose Q6_K blocks take
+/// `q6_k_rows_per_block` rows each.
+fn mixed_launch_matches_cpu(kernel: &str, q6_k_rows_per_block: usize, rng: &mut Rng) {
     let cols = 2048;
     let weights = [
-        DeviceWeight::random(GgmlType::Q4K, 64, cols, &mut rng),
-        DeviceWeight::random(GgmlType::Q4K, 18, cols, &mut rng),
-        DeviceWeight::random(GgmlType::Q6K, 19, cols, &mut rng),
+        DeviceWeight::random(GgmlType::Q4K, 64, cols, rng),
+        DeviceWeight::random(GgmlType::Q4K, 18, cols, rng),
+        DeviceWeight::random(GgmlType::Q6K, 19, cols, rng),
     ];
-    let x = int8_exact_row(cols, &mut rng);
+    let x = int8_exact_row(cols, rng);
     let copy = quantize_q8(&x);
     let mut outs = weights.each_ref().map(|w| vec![f32::NAN; w.rows]);
     let mut projections = Projections::default();
     for (weight, out) in weights.iter().zip(outs.iter_mut()) {
-        let rows_per_block = if weight.ty == GgmlType::Q6K { 2 } else { 4 };
+        let rows_per_block = if weight.ty == GgmlType::Q6K { q6_k_rows_per_block } else { 4 };
         projections.push(weight, out, rows_per_block);
     }
     let second_block = projections.first_block[2];
-    run_matvec("matvec_q8_decode_q4_k_q6_k", &copy, &projections, cols, 1, Some(second_block));
+    run_matvec(kernel, &copy, &projections, cols, 1, Some(second_block));
     for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
-        check(&format!("mixed projection {p}"), out, &cpu_matmul(weight, &x, 1), TOLERANCE);
+        check(&format!("{kernel} projection {p}"), out, &cpu_matmul(weight, &x, 1), TOLERANCE);
     }
+}
+
+#[test]
+fn mixed_decode_kernel_matches_cpu() {
+    mixed_launch_matches_cpu("matvec_q8_decode_q4_k_q6_k", 2, &mut Rng::new(23));
 }
 
 /// The decode kernels whose lanes read whole lines of the tiles (`matvec_q8_lines_*`), for one
@@ -129,21 +133,5 @@ fn line_decode_kernels_match_cpu() {
             check(&format!("{kernel} 37x{cols}"), &out, &cpu_matmul(&weight, &x, 1), TOLERANCE);
         }
     }
-    let cols = 2048;
-    let weights = [
-        DeviceWeight::random(GgmlType::Q4K, 64, cols, &mut rng),
-        DeviceWeight::random(GgmlType::Q4K, 18, cols, &mut rng),
-        DeviceWeight::random(GgmlType::Q6K, 19, cols, &mut rng),
-    ];
-    let x = int8_exact_row(cols, &mut rng);
-    let mut outs = weights.each_ref().map(|w| vec![f32::NAN; w.rows]);
-    let mut projections = Projections::default();
-    for (weight, out) in weights.iter().zip(outs.iter_mut()) {
-        projections.push(weight, out, 4);
-    }
-    let second_block = projections.first_block[2];
-    run_matvec("matvec_q8_lines_q4_k_q6_k", &quantize_q8(&x), &projections, cols, 1, Some(second_block));
-    for (p, (weight, out)) in weights.iter().zip(&outs).enumerate() {
-        check(&format!("lines projection {p}"), out, &cpu_matmul(weight, &x, 1), TOLERANCE);
-    }
+    mixed_launch_matches_cpu("matvec_q8_lines_q4_k_q6_k", 4, &mut rng);
 }
