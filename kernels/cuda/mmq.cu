@@ -414,21 +414,68 @@ __device__ __forceinline__ void add_k_parts(float (&acc)[NF][4], float *exchange
     }
 }
 
-// The end of mmq for one thread's accumulators: the K parts' sums added (add_k_parts, through
-// `exchange`), the input rows' scales applied, and the block's tile written to the output; with
-// gridDim.y > 1 to its split's partial tile instead, the last split to arrive adding them up in
-// split order.
+// The tiled product for lanes L (a format and a kind of activations, here or in mmq_f16.cu), in
+// blocks of MMQ_THREADS * L::K_PARTS threads: n_rows <= NT = 8 NF input rows, cols a multiple of
+// MMQ_GROUP_COLS. With gridDim.y > 1, `partials` holds gridDim.x * gridDim.y tiles of
+// MMQ_ROWS * NT floats and `arrivals` gridDim.x zeros. `tiles`, the activations' double buffer in
+// shared memory, comes from the kernel, so that a kernel of two formats has one.
 template <typename L, int NF>
-__device__ void mmq_store(float (&acc)[NF][4], const typename L::Input &x, const Projection &projection, u32 n_rows,
-                          float *partials, u32 *arrivals, float *exchange) {
+__device__ void mmq(const typename L::Input &x, const Projections &projections, u32 cols, u32 n_rows,
+                    float *partials, u32 *arrivals, typename L::template Tile<8 * NF> (&tiles)[2]) {
     const int NT = 8 * NF;
     const int THREADS = MMQ_THREADS * L::K_PARTS;
+    const Projection projection = projection_of(projections, blockIdx.x);
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE % MMQ_WARPS;
     const int g = lane / 4, t = lane % 4;
     const u32 tile_row0 = projection.block * MMQ_ROWS;
+    // The lane's rows g and g + 8 of the warp's 16 (one tile of the tiled formats); their sums
+    // are never written for rows past the end.
+    WeightRow rows[2];
+    consecutive_rows<L::FORMAT>(projection.weight, projection.row_bytes, tile_row0 + 16 * warp + g, 8, projection.rows,
+                                rows);
+    const u32 n_groups = cols / MMQ_GROUP_COLS;
+    const u32 per_split = (n_groups + gridDim.y - 1) / gridDim.y;
+    const u32 begin = min(n_groups, blockIdx.y * per_split);
+    const u32 end = min(n_groups, begin + per_split);
+
+    float acc[NF][4] = {};
+    typename L::Raw raw[2];
+    // The weights are no kernel's output: their first loads go out before the wait, while the
+    // kernel before this one may still run.
+    if (begin < end) {
+        L::load(rows[0], cols, begin, t, raw[0]);
+        L::load(rows[1], cols, begin, t, raw[1]);
+    }
+    wait_for_previous_kernel();
+    if (begin < end) {
+        L::template stage<NT>(tiles[0], x, cols, n_rows, begin);
+    }
+    // Lanes whose group step is short take two steps an iteration: the next group's weights then
+    // land in the registers the step after uses, instead of being copied there.
+#pragma unroll(L::GROUP_UNROLL)
+    for (u32 group = begin; group < end; ++group) {
+        const int current = (group - begin) % 2;
+        // The current group's activations have arrived for every thread, and every warp that
+        // reads the other buffer is done with it, as the next group's copies overwrite it
+        // (L::sync: the block, or the K part that stages and reads the same columns).
+        copy_async_wait();
+        L::sync();
+        if (group + 1 < end) {
+            L::template stage<NT>(tiles[current ^ 1], x, cols, n_rows, group + 1);
+        }
+        // The last group loads itself again rather than branch: the copies below stay unconditional.
+        const u32 upcoming = min(group + 1, end - 1);
+        typename L::Raw next[2];
+        L::load(rows[0], cols, upcoming, t, next[0]);
+        L::load(rows[1], cols, upcoming, t, next[1]);
+        L::template group<NF>(raw, tiles[current], g, t, acc);
+        raw[0] = next[0];
+        raw[1] = next[1];
+    }
     if (L::K_PARTS > 1) {
-        add_k_parts<L::K_PARTS>(acc, exchange);
+        static_assert(sizeof(tiles) >= (L::K_PARTS - 1) * MMQ_THREADS * NF * 4 * sizeof(float), "exchange room");
+        add_k_parts<L::K_PARTS>(acc, (float *)tiles);
     }
 
     // Accumulator i of fragment f: tile row 16 warp + g + 8 (i / 2), input row 8f + 2t + i % 2.
@@ -504,68 +551,6 @@ __device__ void mmq_store(float (&acc)[NF][4], const typename L::Input &x, const
     if (threadIdx.x == 0) {
         arrivals[blockIdx.x] = 0;
     }
-}
-
-// The tiled product for lanes L (a format and a kind of activations, here or in mmq_f16.cu), in
-// blocks of MMQ_THREADS * L::K_PARTS threads: n_rows <= NT = 8 NF input rows, cols a multiple of
-// MMQ_GROUP_COLS. With gridDim.y > 1, `partials` holds gridDim.x * gridDim.y tiles of
-// MMQ_ROWS * NT floats and `arrivals` gridDim.x zeros. `tiles`, the activations' double buffer in
-// shared memory, comes from the kernel, so that a kernel of two formats has one.
-template <typename L, int NF>
-__device__ void mmq(const typename L::Input &x, const Projections &projections, u32 cols, u32 n_rows,
-                    float *partials, u32 *arrivals, typename L::template Tile<8 * NF> (&tiles)[2]) {
-    const int NT = 8 * NF;
-    const Projection projection = projection_of(projections, blockIdx.x);
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int warp = threadIdx.x / WARP_SIZE % MMQ_WARPS;
-    const int g = lane / 4, t = lane % 4;
-    const u32 tile_row0 = projection.block * MMQ_ROWS;
-    // The lane's rows g and g + 8 of the warp's 16 (one tile of the tiled formats); their sums
-    // are never written for rows past the end.
-    WeightRow rows[2];
-    consecutive_rows<L::FORMAT>(projection.weight, projection.row_bytes, tile_row0 + 16 * warp + g, 8, projection.rows,
-                                rows);
-    const u32 n_groups = cols / MMQ_GROUP_COLS;
-    const u32 per_split = (n_groups + gridDim.y - 1) / gridDim.y;
-    const u32 begin = min(n_groups, blockIdx.y * per_split);
-    const u32 end = min(n_groups, begin + per_split);
-
-    float acc[NF][4] = {};
-    typename L::Raw raw[2];
-    // The weights are no kernel's output: their first loads go out before the wait, while the
-    // kernel before this one may still run.
-    if (begin < end) {
-        L::load(rows[0], cols, begin, t, raw[0]);
-        L::load(rows[1], cols, begin, t, raw[1]);
-    }
-    wait_for_previous_kernel();
-    if (begin < end) {
-        L::template stage<NT>(tiles[0], x, cols, n_rows, begin);
-    }
-    // Lanes whose group step is short take two steps an iteration: the next group's weights then
-    // land in the registers the step after uses, instead of being copied there.
-#pragma unroll(L::GROUP_UNROLL)
-    for (u32 group = begin; group < end; ++group) {
-        const int current = (group - begin) % 2;
-        // The current group's activations have arrived for every thread, and every warp that
-        // reads the other buffer is done with it, as the next group's copies overwrite it
-        // (L::sync: the block, or the K part that stages and reads the same columns).
-        copy_async_wait();
-        L::sync();
-        if (group + 1 < end) {
-            L::template stage<NT>(tiles[current ^ 1], x, cols, n_rows, group + 1);
-        }
-        // The last group loads itself again rather than branch: the copies below stay unconditional.
-        const u32 upcoming = min(group + 1, end - 1);
-        typename L::Raw next[2];
-        L::load(rows[0], cols, upcoming, t, next[0]);
-        L::load(rows[1], cols, upcoming, t, next[1]);
-        L::template group<NF>(raw, tiles[current], g, t, acc);
-        raw[0] = next[0];
-        raw[1] = next[1];
-    }
-    static_assert(sizeof(tiles) >= (L::K_PARTS - 1) * MMQ_THREADS * NF * 4 * sizeof(float), "exchange room");
-    mmq_store<L, NF>(acc, x, projection, n_rows, partials, arrivals, (float *)tiles);
 }
 
 // Up to 24 input rows the kernels fit in 128 registers without spilling, four blocks an SM: twice

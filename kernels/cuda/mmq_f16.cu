@@ -108,57 +108,6 @@ __device__ __forceinline__ void mma_sub_block(const u32 (&w)[2][2][2], const Mmh
     }
 }
 
-// One group of Q4_K for a lane of the f16 kernels: `head` is the head of row t / 2 of its quarter
-// warp's rows (g, g + 8), and words(r, i, e) its quant word e of row r at pair i of its K part
-// (columns 8t + 4e..+3 of sub-blocks 2p and 2p + 1, in the low and high nibbles).
-template <int NF, int NT, typename Words>
-__device__ __forceinline__ void q4_k_group(uint4 head, const Words &words, const MmhTile<NT> &tile, int g, int t,
-                                           float (&acc)[NF][4]) {
-    const int PAIRS = HalfActivations::PART_SUBS / 2;
-    const __half2 low_base = half2_of(0x64006400u), high_base = half2_of(0x54005400u);
-    const __half2 minus_sixteen = half2_of(0xcc00cc00u);
-    // The four lanes of a quarter warp hold the same two rows: lane t decodes the scales and
-    // mins of row t / 2 (g, g + 8) and pair t % 2 of the part, (sc, sc') and (m, m') of
-    // sub-blocks 2p and 2p + 1 as halves 1024 + v, then times d and -dmin (one rounding
-    // each), and the lanes exchange them.
-    u32 own_scales, own_mins;
-    k_quant_pair(head, PAIRS * k_part() + t % 2, own_scales, own_mins);
-    const __half2 own_sc = __hsub2(half2_of(__byte_perm(own_scales, 0x64, 0x4140)), low_base);
-    const __half2 own_mn = __hsub2(half2_of(__byte_perm(own_mins, 0x64, 0x4140)), low_base);
-    const u32 own_scale = bits_of(__hmul2(own_sc, low_pair(head.x)));
-    const u32 own_neg_min = bits_of(__hmul2(own_mn, high_pair(head.x ^ 0x80000000u)));
-#pragma unroll
-    for (int i = 0; i < PAIRS; ++i) {
-        const int p = PAIRS * k_part() + i;
-        u32 low[2][2][2], high[2][2][2];  // [e][r][k]
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const __half2 scale = half2_of(__shfl_sync(FULL_MASK, own_scale, 2 * r + i, 4));
-            const __half2 neg_min = half2_of(__shfl_sync(FULL_MASK, own_neg_min, 2 * r + i, 4));
-            const __half2 scale_low = __low2half2(scale), scale_high = __high2half2(scale);
-            const __half2 min_low = __low2half2(neg_min), min_high = __high2half2(neg_min);
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const u32 word = words(r, i, e);
-#pragma unroll
-                for (int k = 0; k < 2; ++k) {
-                    // Bytes 2k and 2k + 1 of the word as halves 1024 + byte, and their high
-                    // nibbles as 64 + q'; the low nibble q is then (1024 + byte) - 16 (64 + q'),
-                    // exact in one fused multiply-add.
-                    const u32 bytes = __byte_perm(word, 0x64, k ? 0x4342 : 0x4140);
-                    const __half2 high_biased = half2_of(masked_or(bytes, 0x00f000f0u, 0x54005400u));
-                    const __half2 q_low = __hfma2(high_biased, minus_sixteen, half2_of(bytes));
-                    const __half2 q_high = __hsub2(high_biased, high_base);
-                    low[e][r][k] = bits_of(__hfma2(q_low, scale_low, min_low));
-                    high[e][r][k] = bits_of(__hfma2(q_high, scale_high, min_high));
-                }
-            }
-        }
-        mma_sub_block<NF>(low, tile, 2 * p, g, t, acc);
-        mma_sub_block<NF>(high, tile, 2 * p + 1, g, t, acc);
-    }
-}
-
 template <int FMT> struct MmhLanes;
 
 // Q4_K (tiled, see quant.cuh): lane t's 8-byte load at byte 8t of run p holds its columns of
@@ -180,9 +129,49 @@ template <> struct MmhLanes<FMT_Q4_K> : HalfActivations {
     }
     template <int NF, int NT>
     __device__ static void group(const Raw (&raw)[2], const Tile<NT> &tile, int g, int t, float (&acc)[NF][4]) {
-        q4_k_group<NF>(
-            t >= 2 ? raw[1].head : raw[0].head,
-            [&](int r, int i, int e) { return e ? raw[r].qs[i].y : raw[r].qs[i].x; }, tile, g, t, acc);
+        const __half2 low_base = half2_of(0x64006400u), high_base = half2_of(0x54005400u);
+        const __half2 minus_sixteen = half2_of(0xcc00cc00u);
+        // The four lanes of a quarter warp hold the same two rows: lane t decodes the scales and
+        // mins of row t / 2 (g, g + 8) and pair t % 2 of the part, (sc, sc') and (m, m') of
+        // sub-blocks 2p and 2p + 1 as halves 1024 + v, then times d and -dmin (one rounding
+        // each), and the lanes exchange them.
+        const uint4 head = t >= 2 ? raw[1].head : raw[0].head;
+        u32 own_scales, own_mins;
+        k_quant_pair(head, PART_PAIRS * k_part() + t % 2, own_scales, own_mins);
+        const __half2 own_sc = __hsub2(half2_of(__byte_perm(own_scales, 0x64, 0x4140)), low_base);
+        const __half2 own_mn = __hsub2(half2_of(__byte_perm(own_mins, 0x64, 0x4140)), low_base);
+        const u32 own_scale = bits_of(__hmul2(own_sc, low_pair(head.x)));
+        const u32 own_neg_min = bits_of(__hmul2(own_mn, high_pair(head.x ^ 0x80000000u)));
+#pragma unroll
+        for (int i = 0; i < PART_PAIRS; ++i) {
+            const int p = PART_PAIRS * k_part() + i;
+            u32 low[2][2][2], high[2][2][2];  // [e][r][k]
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const __half2 scale = half2_of(__shfl_sync(FULL_MASK, own_scale, 2 * r + i, 4));
+                const __half2 neg_min = half2_of(__shfl_sync(FULL_MASK, own_neg_min, 2 * r + i, 4));
+                const __half2 scale_low = __low2half2(scale), scale_high = __high2half2(scale);
+                const __half2 min_low = __low2half2(neg_min), min_high = __high2half2(neg_min);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const u32 word = e ? raw[r].qs[i].y : raw[r].qs[i].x;
+#pragma unroll
+                    for (int k = 0; k < 2; ++k) {
+                        // Bytes 2k and 2k + 1 of the word as halves 1024 + byte, and their high
+                        // nibbles as 64 + q'; the low nibble q is then (1024 + byte) - 16 (64 + q'),
+                        // exact in one fused multiply-add.
+                        const u32 bytes = __byte_perm(word, 0x64, k ? 0x4342 : 0x4140);
+                        const __half2 high_biased = half2_of(masked_or(bytes, 0x00f000f0u, 0x54005400u));
+                        const __half2 q_low = __hfma2(high_biased, minus_sixteen, half2_of(bytes));
+                        const __half2 q_high = __hsub2(high_biased, high_base);
+                        low[e][r][k] = bits_of(__hfma2(q_low, scale_low, min_low));
+                        high[e][r][k] = bits_of(__hfma2(q_high, scale_high, min_high));
+                    }
+                }
+            }
+            mma_sub_block<NF>(low, tile, 2 * p, g, t, acc);
+            mma_sub_block<NF>(high, tile, 2 * p + 1, g, t, acc);
+        }
     }
 };
 

@@ -12,17 +12,49 @@ venv, whose bin directory must then be on PATH (cuobjdump runs nvdisasm).
 Usage: scripts/device/sass.py FILE.cu[+FILE.cu...] KERNEL [KERNEL...]
 """
 import collections
+import ctypes
 import os
 import re
 import subprocess
 import sys
 import tempfile
 
-import nvrtc
+import nvidia
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "cuda")
+HEADERS = ["common.cuh", "quant.cuh", "heads.cuh"]
+CUDA = os.path.join(list(nvidia.__path__)[0], "cu13")
+
+
+def compile_cubin(name):
+    """The cubin of kernels/cuda/NAME and ptxas's resource lines."""
+    # NVRTC opens its builtins library by name, so that one is loaded from the venv first.
+    ctypes.CDLL(os.path.join(CUDA, "lib", "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
+    nvrtc = ctypes.CDLL(os.path.join(CUDA, "lib", "libnvrtc.so.13"))
+    parts = [open(os.path.join(ROOT, h)).read() for h in HEADERS if os.path.exists(os.path.join(ROOT, h))]
+    # NAME may join files that sources.rs compiles as one unit: mmq.cu+mmq_f16.cu.
+    files = "".join(open(os.path.join(ROOT, part)).read() for part in name.split("+"))
+    source = "\n".join(parts) + f'\n#line 1 "{name}"\n' + files
+    program = ctypes.c_void_p()
+    if nvrtc.nvrtcCreateProgram(ctypes.byref(program), source.encode(), name.encode(), 0, None, None):
+        sys.exit("nvrtcCreateProgram failed")
+    options = [b"--gpu-architecture=sm_90", b"--std=c++17", b"--ptxas-options=-v",
+               f"-I{CUDA}/include".encode(), f"-I{CUDA}/include/cccl".encode()]
+    status = nvrtc.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
+    size = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    nvrtc.nvrtcGetProgramLog(program, log)
+    if status:
+        sys.exit(log.value.decode())
+    nvrtc.nvrtcGetCUBINSize(program, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    nvrtc.nvrtcGetCUBIN(program, cubin)
+    return cubin.raw, log.value.decode()
 
 
 def cuobjdump():
-    found = os.environ.get("CUOBJDUMP") or os.path.join(nvrtc.cuda_root(), "bin", "cuobjdump")
+    found = os.environ.get("CUOBJDUMP") or os.path.join(CUDA, "bin", "cuobjdump")
     if not os.path.exists(found):
         sys.exit("no cuobjdump: set CUOBJDUMP or pip install nvidia-cuda-cuobjdump into the venv")
     return found
@@ -40,8 +72,7 @@ def resources(log, kernel):
 
 
 def main(name, kernels):
-    # NAME may join files that sources.rs compiles as one unit: mmq.cu+mmq_f16.cu.
-    cubin, log = nvrtc.compile_cubin(name.split("+"), name)
+    cubin, log = compile_cubin(name)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
